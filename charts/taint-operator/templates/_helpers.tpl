@@ -1,0 +1,74 @@
+{{/* Chart name, truncated to 63 chars. */}}
+{{- define "taint-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: also the Lease name, the Service name and the prefix
+of every namespaced object.
+*/}}
+{{- define "taint-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "taint-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "taint-operator.labels" -}}
+helm.sh/chart: {{ include "taint-operator.chart" . }}
+{{ include "taint-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "taint-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "taint-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "taint-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "taint-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "taint-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Secret holding the webhook serving certificate (tls.crt, tls.key, ca.crt). */}}
+{{- define "taint-operator.webhookCertSecret" -}}
+{{- printf "%s-webhook-tls" (include "taint-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "taint-operator.webhookName" -}}
+{{- include "taint-operator.fullname" . }}
+{{- end }}
+
+{{/* cert-manager objects */}}
+{{- define "taint-operator.certificateName" -}}
+{{- printf "%s-webhook" (include "taint-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "taint-operator.issuerName" -}}
+{{- printf "%s-selfsigned" (include "taint-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* DNS names the API server uses to reach the webhook Service. */}}
+{{- define "taint-operator.webhookDNSNames" -}}
+{{- $svc := include "taint-operator.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- end }}

@@ -1,0 +1,21 @@
+//! The `TaintPolicy` custom resource (`nodetaint.io/v1alpha1`).
+//!
+//! Everything the API server can check is declared here, in the schema: enums,
+//! formats, list bounds and CEL rules. The operator only adds what the API server
+//! cannot tell (regex syntax), so `kubectl apply` refuses bad input before any
+//! node could be touched.
+
+mod selector;
+mod validation;
+mod types;
+
+pub use selector::{LabelSelector, LabelSelectorRequirement, SelectorOperator};
+pub use types::*;
+pub use validation::{validate_policy, FieldError};
+
+use kube::CustomResourceExt;
+
+/// The CRD as YAML, exactly as `taint-operator crd` prints it and the chart ships it.
+pub fn crd_yaml() -> String {
+    serde_yaml::to_string(&TaintPolicy::crd()).expect("the CRD always serializes")
+}

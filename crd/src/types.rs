@@ -1,0 +1,223 @@
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Condition, util::intstr::IntOrString};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::LabelSelector;
+
+pub const GROUP: &str = "nodetaint.io";
+pub const FINALIZER: &str = "nodetaint.io/cleanup";
+/// Node annotation: `{"<key>:<effect>": "<policy name>"}` for every taint the operator added.
+pub const MANAGED_TAINTS_ANNOTATION: &str = "nodetaint.io/managed-taints";
+/// Node annotation: `{"<policy name>": "<policy uid>@<RFC 3339 time>"}` for BootstrapOnly completion.
+pub const BOOTSTRAPPED_ANNOTATION: &str = "nodetaint.io/bootstrapped";
+/// Pod annotation that counts as Ready for critical-pod checks.
+pub const POD_READY_ANNOTATION: &str = "nodetaint.io/ready";
+pub const FIELD_MANAGER: &str = "taint-operator";
+
+/// Taint a node while its conditions say it is broken, or until it is ready.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "nodetaint.io",
+    version = "v1alpha1",
+    kind = "TaintPolicy",
+    plural = "taintpolicies",
+    shortname = "tp",
+    status = "TaintPolicyStatus",
+    doc = "TaintPolicy declares taints that the operator keeps on the nodes it selects while matchers match or until readiness is satisfied.",
+    selectable = ".spec.mode",
+    selectable = ".spec.dryRun",
+    cel,
+    printcolumn(name = "Taints", type_ = "string", json_path = ".status.taints", description = "key=value:Effect of every taint the policy declares"),
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
+    printcolumn(name = "Selected", type_ = "integer", json_path = ".status.selectedNodes"),
+    printcolumn(name = "Tainted", type_ = "integer", json_path = ".status.taintedNodes"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "DryRun", type_ = "boolean", json_path = ".spec.dryRun", priority = 1),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1)
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("size(self.matchers) > 0 || has(self.readiness)")
+        .message("at least one of spec.matchers or spec.readiness must be given"),
+    validation = Rule::new("self.mode != 'BootstrapOnly' || has(self.readiness)")
+        .message("spec.readiness is required when spec.mode is BootstrapOnly")
+)]
+pub struct TaintPolicySpec {
+    /// Nodes this policy applies to; absent or empty selects every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+
+    /// The taints this policy owns, unique by key+effect.
+    #[schemars(length(min = 1, max = 8))]
+    #[x_kube(validation = Rule::new("self.all(t, self.filter(u, u.key == t.key && u.effect == t.effect).size() == 1)")
+        .message("spec.taints must be unique by key+effect"))]
+    pub taints: Vec<PolicyTaint>,
+
+    /// Taint while ANY matcher matches.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub matchers: Vec<Matcher>,
+
+    /// Hold the taints UNTIL every check here passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+
+    /// Continuous (default) or BootstrapOnly.
+    #[serde(default)]
+    pub mode: Mode,
+
+    /// Evaluate and report in status, never touch nodes.
+    #[serde(default)]
+    pub dry_run: bool,
+
+    /// Cap on selected nodes tainted because a matcher matched: an integer, or a
+    /// percentage of selected nodes (rounded down) such as "30%".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|(100|[1-9]?[0-9])%)$')")
+        .message("spec.maxTaintedNodes must be a non-negative integer or a percentage from 0% to 100%"))]
+    pub max_tainted_nodes: Option<IntOrString>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTaint {
+    /// A qualified name: an optional DNS subdomain prefix and `/`, then a name of at most 63 characters.
+    #[schemars(length(min = 1, max = 317), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    #[x_kube(validation = Rule::new("!self.contains('/') || size(self.split('/')[0]) <= 253")
+        .message("the prefix of a taint key must be at most 253 characters"))]
+    pub key: String,
+    /// At most 63 characters: alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"))]
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, schemars::JsonSchema)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl TaintEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "NoSchedule" => Some(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Some(TaintEffect::NoExecute),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum Mode {
+    #[default]
+    Continuous,
+    BootstrapOnly,
+}
+
+/// Matches when ALL its conditions match.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Matcher {
+    #[schemars(length(min = 1, max = 8))]
+    pub conditions: Vec<ConditionMatcher>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionMatcher {
+    /// The node condition type, e.g. `NetworkInterfaceCard`.
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316))]
+    pub type_: String,
+    /// Regex matched against the WHOLE status string.
+    #[schemars(length(min = 1, max = 1024))]
+    pub status: String,
+    /// Optional regex matched against the WHOLE reason string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub reason: Option<String>,
+    /// How long the condition must have matched, counted from its lastTransitionTime,
+    /// as a Go duration such as `30s`, `5m` or `1h30m`.
+    #[serde(rename = "for", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub for_: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("size(self.conditions) > 0 || size(self.criticalPods) > 0")
+    .message("spec.readiness needs at least one condition or critical pod"))]
+pub struct Readiness {
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub conditions: Vec<ReadinessCondition>,
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub critical_pods: Vec<CriticalPod>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessCondition {
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316))]
+    pub type_: String,
+    /// Regex matched against the WHOLE status string.
+    #[schemars(length(min = 1, max = 1024))]
+    pub status: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CriticalPod {
+    /// A label for status and events.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: String,
+    pub selector: LabelSelector,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaintPolicyStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The declared taints as `key=value:Effect`, comma separated (for `kubectl get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taints: Option<String>,
+    #[serde(default)]
+    pub selected_nodes: u32,
+    #[serde(default)]
+    pub tainted_nodes: u32,
+    #[serde(default)]
+    pub pending_nodes: u32,
+    /// Sorted, at most 100.
+    #[serde(default)]
+    pub tainted_node_names: Vec<String>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+impl PolicyTaint {
+    /// `key=value:Effect`, or `key:Effect` without a value.
+    pub fn display(&self) -> String {
+        match &self.value {
+            Some(v) => format!("{}={}:{}", self.key, v, self.effect.as_str()),
+            None => format!("{}:{}", self.key, self.effect.as_str()),
+        }
+    }
+}

@@ -1,0 +1,410 @@
+#!/usr/bin/env bash
+# Start/stop a bare Kubernetes control plane (etcd + kube-apiserver, nothing else)
+# on loopback for the taint-operator end-to-end tests. See e2e/README.md.
+#
+#   e2e/control-plane.sh start  DIR   generate certs, start etcd + kube-apiserver, apply RBAC
+#   e2e/control-plane.sh rbac   DIR   re-apply the operator's ClusterRole/Role (+ bindings)
+#   e2e/control-plane.sh status DIR   exit 0 if the apiserver in DIR answers /readyz
+#   e2e/control-plane.sh stop   DIR   stop both processes, remove DIR (keep it with KEEP=1)
+#
+# Binaries come from $KUBE_APISERVER_BIN and $ETCD_BIN; if either is missing the
+# script exits 3 (the e2e harness treats 3 as "skip"). It never downloads or builds.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+
+OPERATOR_NAMESPACE=${OPERATOR_NAMESPACE:-taint-operator}
+OPERATOR_USER=taint-operator
+RBAC_RULES_FILE=${RBAC_RULES_FILE:-$REPO_ROOT/charts/taint-operator/files/clusterrole-rules.yaml}
+START_TIMEOUT=${START_TIMEOUT:-90}
+# Admission plugins that assume a kubelet / kube-controller-manager exist:
+#  - ServiceAccount rejects pods until the namespace's "default" ServiceAccount exists,
+#    which only kube-controller-manager creates (and we create test namespaces on the fly).
+#  - TaintNodesByCondition puts node.kubernetes.io/not-ready:NoSchedule on every new Node,
+#    and only the node lifecycle controller (kube-controller-manager) would ever remove it.
+DISABLE_ADMISSION_PLUGINS=${DISABLE_ADMISSION_PLUGINS:-ServiceAccount,TaintNodesByCondition}
+SERVICE_CIDR=10.0.0.0/24
+SERVICE_IP=10.0.0.1
+MARKER=.taint-operator-control-plane
+
+log() { printf 'control-plane: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+  cat >&2 <<EOF
+usage: $0 {start|stop|rbac|status} DIR
+
+  start DIR   create DIR, certs, start etcd + kube-apiserver on free loopback ports,
+              apply the operator RBAC; writes DIR/admin.kubeconfig,
+              DIR/operator.kubeconfig and DIR/env (source it)
+  rbac DIR    re-apply ClusterRole/ClusterRoleBinding "taint-operator" (rules from
+              $RBAC_RULES_FILE) and the leases Role/RoleBinding
+  status DIR  exit 0 if the control plane in DIR is ready
+  stop DIR    stop etcd and kube-apiserver; remove DIR unless KEEP=1
+
+env: KUBE_APISERVER_BIN, ETCD_BIN (required for start; exit 3 if unusable),
+     OPERATOR_NAMESPACE (default taint-operator), RBAC_RULES_FILE, START_TIMEOUT (s),
+     DISABLE_ADMISSION_PLUGINS (default ServiceAccount,TaintNodesByCondition),
+     KUBE_APISERVER_EXTRA_ARGS, KEEP=1
+EOF
+  exit 2
+}
+
+need_tool() {
+  command -v "$1" >/dev/null 2>&1 || die "'$1' not found in PATH; it is required ($2)"
+}
+
+check_binaries() {
+  local var bin
+  for var in KUBE_APISERVER_BIN ETCD_BIN; do
+    bin=${!var:-}
+    if [[ -z $bin ]]; then
+      echo "control-plane: skip: $var is not set (see e2e/README.md for how to get the binary)" >&2
+      exit 3
+    fi
+    if [[ ! -f $bin || ! -x $bin ]]; then
+      echo "control-plane: skip: $var=$bin is not an executable file (see e2e/README.md)" >&2
+      exit 3
+    fi
+  done
+}
+
+abspath() { mkdir -p "$1" && (cd "$1" && pwd); }
+
+pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+
+# A TCP port on 127.0.0.1 nobody listens on, below the Linux ephemeral range
+# (32768+) so outgoing connections do not grab it between the check and the bind.
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+USED_PORTS=""
+free_port() { # VAR: sets VAR (no command substitution, so USED_PORTS is kept)
+  local p _
+  for _ in $(seq 1 200); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
+    if [[ " $USED_PORTS " == *" $p "* ]]; then continue; fi
+    if ! port_taken "$p"; then
+      USED_PORTS="$USED_PORTS $p"
+      printf -v "$1" '%s' "$p"
+      return 0
+    fi
+  done
+  die "could not find a free loopback port"
+}
+
+# ---------------------------------------------------------------- certificates
+gen_certs() {
+  local d=$1/pki
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl_q() { openssl "$@" >/dev/null 2>&1 || { log "openssl $* failed"; openssl "$@"; }; }
+    ec_key() { openssl_q genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+
+    ec_key ca.key
+    openssl_q req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=taint-operator-e2e-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" -out ca.crt
+
+    # sign NAME SUBJECT EXTFILE-CONTENT
+    sign() {
+      ec_key "$1.key"
+      openssl_q req -new -key "$1.key" -subj "$2" -out "$1.csr"
+      printf '%s\n' "$3" >"$1.ext"
+      openssl_q x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 \
+        -days 3650 -extfile "$1.ext" -out "$1.crt"
+      rm -f "$1.csr" "$1.ext"
+    }
+    sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:$SERVICE_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    sign admin "/O=system:masters/CN=e2e-admin" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+    sign operator "/CN=$OPERATOR_USER" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+
+    # service-account token signing key pair
+    openssl_q genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
+    openssl_q pkey -in sa.key -pubout -out sa.pub
+    chmod 600 ./*.key
+  )
+}
+
+write_kubeconfig() { # FILE USER CERT KEY SERVER PKI
+  local f=$1 user=$2 crt=$3 key=$4 server=$5 pki=$6
+  rm -f "$f"
+  kubectl config --kubeconfig="$f" set-cluster e2e --server="$server" \
+    --certificate-authority="$pki/ca.crt" --embed-certs=true >/dev/null
+  kubectl config --kubeconfig="$f" set-credentials "$user" \
+    --client-certificate="$crt" --client-key="$key" --embed-certs=true >/dev/null
+  kubectl config --kubeconfig="$f" set-context e2e --cluster=e2e --user="$user" >/dev/null
+  kubectl config --kubeconfig="$f" use-context e2e >/dev/null
+  chmod 600 "$f"
+}
+
+# ---------------------------------------------------------------- processes
+# Background processes get stdin/stdout/stderr away from the caller, so a test
+# harness that captures this script's output does not wait for them.
+start_etcd() {
+  local dir=$1 attempt
+  for attempt in 1 2 3; do
+    free_port ETCD_PORT
+    free_port ETCD_PEER_PORT
+    rm -rf "$dir/etcd-data"
+    "$ETCD_BIN" --name e2e --data-dir "$dir/etcd-data" \
+      --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+      --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+      --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
+      --initial-cluster-state new --logger zap --log-outputs stderr \
+      </dev/null >"$dir/etcd.log" 2>&1 &
+    echo $! >"$dir/etcd.pid"
+    local pid=$!
+    for _ in $(seq 1 100); do
+      if ! pid_alive "$pid"; then break; fi
+      if curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
+        return 0
+      fi
+      sleep 0.2
+    done
+    if pid_alive "$pid"; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    if grep -q 'address already in use' "$dir/etcd.log"; then
+      log "etcd port clash (attempt $attempt), retrying"
+      continue
+    fi
+    tail -n 20 "$dir/etcd.log" >&2
+    die "etcd did not become healthy (log: $dir/etcd.log)"
+  done
+  die "etcd could not bind a free port"
+}
+
+start_apiserver() {
+  local dir=$1 pki=$1/pki attempt
+  # shellcheck disable=SC2206
+  local extra=(${KUBE_APISERVER_EXTRA_ARGS:-})
+  for attempt in 1 2 3; do
+    free_port APISERVER_PORT
+    APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
+    write_kubeconfig "$dir/admin.kubeconfig" e2e-admin "$pki/admin.crt" "$pki/admin.key" "$APISERVER_URL" "$pki"
+    "$KUBE_APISERVER_BIN" \
+      --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+      --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+      --secure-port="$APISERVER_PORT" \
+      --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+      --client-ca-file="$pki/ca.crt" \
+      --authorization-mode=RBAC \
+      --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+      --service-account-key-file="$pki/sa.pub" \
+      --service-account-signing-key-file="$pki/sa.key" \
+      --api-audiences=https://kubernetes.default.svc.cluster.local \
+      --service-cluster-ip-range="$SERVICE_CIDR" \
+      --endpoint-reconciler-type=none \
+      --disable-admission-plugins="$DISABLE_ADMISSION_PLUGINS" \
+      --allow-privileged=true \
+      --profiling=false \
+      "${extra[@]}" \
+      </dev/null >"$dir/kube-apiserver.log" 2>&1 &
+    local pid=$!
+    echo "$pid" >"$dir/kube-apiserver.pid"
+    local deadline=$((SECONDS + START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+      if ! pid_alive "$pid"; then break; fi
+      if [[ $(kubectl --kubeconfig="$dir/admin.kubeconfig" get --raw=/readyz --request-timeout=5s 2>/dev/null) == ok ]]; then
+        return 0
+      fi
+      sleep 0.5
+    done
+    if pid_alive "$pid"; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    if grep -q 'address already in use' "$dir/kube-apiserver.log"; then
+      log "kube-apiserver port clash (attempt $attempt), retrying"
+      continue
+    fi
+    tail -n 30 "$dir/kube-apiserver.log" >&2
+    die "kube-apiserver not ready within ${START_TIMEOUT}s (log: $dir/kube-apiserver.log)"
+  done
+  die "kube-apiserver could not bind a free port"
+}
+
+stop_pidfile() { # FILE
+  local f=$1 pid
+  [[ -f $f ]] || return 0
+  pid=$(cat "$f" 2>/dev/null || true)
+  if pid_alive "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      pid_alive "$pid" || break
+      sleep 0.1
+    done
+    if pid_alive "$pid"; then
+      log "$(basename "$f" .pid) (pid $pid) ignored SIGTERM, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do pid_alive "$pid" || break; sleep 0.1; done
+    fi
+  fi
+  rm -f "$f"
+}
+
+# ---------------------------------------------------------------- RBAC
+apply_rbac() { # DIR
+  local dir=$1 kc=$1/admin.kubeconfig
+  [[ -f $kc ]] || die "$kc not found; is DIR a control plane started by '$0 start'?"
+  [[ -f $RBAC_RULES_FILE ]] || die "RBAC rules file $RBAC_RULES_FILE not found"
+  local rules
+  # the file is a plain YAML list of PolicyRule objects; indent it under "rules:"
+  rules=$(grep -vE '^(---|\.\.\.)[[:space:]]*$' "$RBAC_RULES_FILE" | sed 's/^/  /')
+  kubectl --kubeconfig="$kc" apply --server-side --force-conflicts \
+    --field-manager=taint-operator-e2e -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $OPERATOR_NAMESPACE
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: taint-operator
+rules:
+$rules
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: taint-operator
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: taint-operator
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: $OPERATOR_USER
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: taint-operator-leader-election
+  namespace: $OPERATOR_NAMESPACE
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: taint-operator-leader-election
+  namespace: $OPERATOR_NAMESPACE
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: taint-operator-leader-election
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: $OPERATOR_USER
+EOF
+  log "RBAC applied: ClusterRole taint-operator (from ${RBAC_RULES_FILE#"$REPO_ROOT"/}), Role $OPERATOR_NAMESPACE/taint-operator-leader-election, both bound to user $OPERATOR_USER"
+}
+
+# ---------------------------------------------------------------- commands
+on_start_exit() {
+  local rc=$?
+  if ((rc != 0)); then
+    log "start failed; logs kept in $START_DIR"
+    stop_pidfile "$START_DIR/kube-apiserver.pid"
+    stop_pidfile "$START_DIR/etcd.pid"
+  fi
+}
+
+cmd_start() {
+  local dir=$1
+  check_binaries
+  need_tool openssl "certificate generation"
+  need_tool kubectl "readiness checks and RBAC"
+  need_tool curl "etcd health check"
+  if [[ -e $dir && -n $(ls -A "$dir" 2>/dev/null) ]]; then
+    die "$dir exists and is not empty; stop it first ('$0 stop $dir') or pick another DIR"
+  fi
+  dir=$(abspath "$dir")
+  touch "$dir/$MARKER"
+  local t0=$SECONDS
+
+  # on any failure: stop what we started, keep DIR for the logs
+  START_DIR=$dir
+  trap on_start_exit EXIT
+
+  gen_certs "$dir"
+  start_etcd "$dir"
+  start_apiserver "$dir"
+  write_kubeconfig "$dir/operator.kubeconfig" "$OPERATOR_USER" "$dir/pki/operator.crt" "$dir/pki/operator.key" "$APISERVER_URL" "$dir/pki"
+
+  # the system namespaces (default, kube-system, ...) are created right after startup
+  local _
+  for _ in $(seq 1 60); do
+    kubectl --kubeconfig="$dir/admin.kubeconfig" get ns kube-system default >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  apply_rbac "$dir"
+
+  cat >"$dir/env" <<EOF
+export KUBECONFIG=$dir/admin.kubeconfig
+export OPERATOR_KUBECONFIG=$dir/operator.kubeconfig
+export OPERATOR_NAMESPACE=$OPERATOR_NAMESPACE
+export KUBE_APISERVER_URL=$APISERVER_URL
+export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
+export CONTROL_PLANE_DIR=$dir
+EOF
+  trap - EXIT
+  cat <<EOF
+control plane ready in $((SECONDS - t0))s
+  kube-apiserver   $APISERVER_URL (pid $(cat "$dir/kube-apiserver.pid"), log $dir/kube-apiserver.log)
+  etcd             http://127.0.0.1:$ETCD_PORT (pid $(cat "$dir/etcd.pid"), log $dir/etcd.log)
+  admin            $dir/admin.kubeconfig (group system:masters)
+  operator         $dir/operator.kubeconfig (user $OPERATOR_USER, RBAC from chart; leases in ns $OPERATOR_NAMESPACE)
+  env              source $dir/env
+  stop             $0 stop $dir
+EOF
+}
+
+cmd_stop() {
+  local dir=$1
+  if [[ ! -d $dir ]]; then
+    log "$dir does not exist; nothing to stop"
+    return 0
+  fi
+  stop_pidfile "$dir/kube-apiserver.pid"
+  stop_pidfile "$dir/etcd.pid"
+  if [[ ${KEEP:-0} == 1 ]]; then
+    log "stopped; KEEP=1, leaving $dir"
+  elif [[ -f $dir/$MARKER ]]; then
+    rm -rf "$dir"
+    log "stopped; removed $dir"
+  else
+    log "stopped; $dir has no $MARKER marker, not removing it"
+  fi
+}
+
+cmd_status() {
+  local dir=$1
+  [[ -f $dir/admin.kubeconfig ]] || { log "no control plane in $dir"; return 1; }
+  [[ $(kubectl --kubeconfig="$dir/admin.kubeconfig" get --raw=/readyz --request-timeout=5s 2>/dev/null) == ok ]] \
+    || { log "kube-apiserver in $dir is not ready"; return 1; }
+  log "ready: $(grep KUBE_APISERVER_URL "$dir/env" 2>/dev/null | cut -d= -f2)"
+}
+
+[[ $# -eq 2 ]] || usage
+case $1 in
+  start) cmd_start "$2" ;;
+  stop) cmd_stop "$2" ;;
+  rbac)
+    need_tool kubectl "applying RBAC"
+    [[ -d $2 ]] || die "$2 does not exist"
+    apply_rbac "$(cd "$2" && pwd)"
+    ;;
+  status) need_tool kubectl "readiness check"; cmd_status "$2" ;;
+  *) usage ;;
+esac

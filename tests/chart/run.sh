@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Lint and render charts/taint-operator with the real Helm v4 engine
+# (helm-python-sdk: no helm binary, no cluster) and run the chart tests.
+#
+#   tests/chart/run.sh [pytest args...]
+#
+# The venv goes to $CHART_TEST_VENV, default tests/chart/.venv (gitignored).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="${CHART_TEST_VENV:-$here/.venv}"
+python="${PYTHON:-python3}"
+
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "chart tests need Python >= 3.10 (helm-python-sdk); got: $("$python" --version 2>&1)" >&2
+    exit 1
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --disable-pip-version-check --quiet --upgrade -r "$here/requirements.txt"
+
+cd "$here"
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -q "$here" "$@"

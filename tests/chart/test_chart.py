@@ -1,0 +1,636 @@
+"""Render and lint charts/taint-operator with the real Helm v4 engine.
+
+helm-python-sdk (import name ``helm_python``) embeds Helm's Go SDK as a shared
+library, so no ``helm`` binary and no cluster are needed: ``Chart.render`` is
+``helm template``, ``lint`` is ``helm lint`` and ``Chart.validate_schema``
+checks values against values.schema.json.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import ssl
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "taint-operator"
+RULES_FILE = CHART / "files" / "clusterrole-rules.yaml"
+CRD_FILE = CHART / "crds" / "taintpolicies.nodetaint.io.yaml"
+
+RELEASE = "tp"
+NAMESPACE = "taint-system"
+FULLNAME = "tp-taint-operator"
+KUBE_VERSION = "v1.31.0"
+
+WEBHOOK = {"webhook": {"enabled": True}}
+CERT_MANAGER = {"webhook": {"enabled": True, "certManager": {"enabled": True}}}
+NON_DEFAULT: dict[str, Any] = {
+    "replicaCount": 3,
+    "image": {"tag": "v9.9.9", "pullPolicy": "Always"},
+    "logLevel": "debug",
+    "logFormat": "text",
+    "tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/out-of-service", "operator": "Exists", "effect": "NoExecute"},
+    ],
+    "webhook": {
+        "enabled": True,
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 5,
+        "objectSelector": {"matchLabels": {"nodetaint.io/webhook": "enabled"}},
+    },
+    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "15s"},
+}
+
+# What the operator uses, per the issue. The rules file must say exactly this.
+EXPECTED_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["nodetaint.io"],
+        "resources": ["taintpolicies"],
+        "verbs": ["get", "list", "watch", "patch", "update"],
+    },
+    {
+        "apiGroups": ["nodetaint.io"],
+        "resources": ["taintpolicies/status"],
+        "verbs": ["get", "patch", "update"],
+    },
+    {"apiGroups": ["nodetaint.io"], "resources": ["taintpolicies/finalizers"], "verbs": ["update"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class Rendered:
+    """The objects of one render, plus NOTES.txt."""
+
+    def __init__(self, manifests: dict[str, str]) -> None:
+        self.notes = ""
+        self.objects: list[dict[str, Any]] = []
+        for path, text in sorted(manifests.items()):
+            if path.endswith("NOTES.txt"):
+                self.notes = text
+                continue
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    assert "kind" in doc, f"{path}: object without kind: {doc}"
+                    self.objects.append(doc)
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [o for o in self.all(kind) if name is None or o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+        return found[0]
+
+    def kinds(self) -> set[str]:
+        return {o["kind"] for o in self.objects}
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        return self.one("Deployment")
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return self.deployment["spec"]["template"]["spec"]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        containers = self.pod["containers"]
+        assert len(containers) == 1
+        return containers[0]
+
+
+@pytest.fixture(scope="session")
+def chart():
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> Rendered:
+    return Rendered(
+        chart.render(
+            copy.deepcopy(values), name=RELEASE, namespace=NAMESPACE, is_install=True
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def default(chart) -> Rendered:
+    return render(chart)
+
+
+@pytest.fixture(scope="session")
+def webhook(chart) -> Rendered:
+    return render(chart, WEBHOOK)
+
+
+@pytest.fixture(scope="session")
+def cert_manager(chart) -> Rendered:
+    return render(chart, CERT_MANAGER)
+
+
+@pytest.fixture(scope="session")
+def non_default(chart) -> Rendered:
+    return render(chart, NON_DEFAULT)
+
+
+def lint_problems(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    report = helm.lint(
+        CHART, copy.deepcopy(values), strict=True, namespace=NAMESPACE, kube_version=KUBE_VERSION
+    )
+    assert report["total_charts_linted"] == 1
+    # severity: 1=info (e.g. "icon is recommended"), 2=warning, 3=error
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    return problems + [{"severity": 3, "error": e} for e in report["errors"]]
+
+
+def webhook_config(r: Rendered) -> dict[str, Any]:
+    mwc = r.one("MutatingWebhookConfiguration", FULLNAME)
+    assert len(mwc["webhooks"]) == 1
+    return mwc
+
+
+def pem_cert(b64: str) -> str:
+    pem = base64.b64decode(b64).decode()
+    assert pem.startswith("-----BEGIN CERTIFICATE-----"), pem[:40]
+    return pem
+
+
+# --------------------------------------------------------------------------- engine, metadata, lint
+
+
+def test_engine_is_helm_v4():
+    assert helm.helm_sdk_version().startswith("v4."), helm.helm_sdk_version()
+
+
+def test_chart_metadata(chart):
+    meta = chart.metadata
+    assert meta["apiVersion"] == "v2"
+    assert meta["name"] == "taint-operator"
+    assert meta["version"] == "0.1.0"
+    assert meta["appVersion"] == "0.1.0"
+    assert chart.schema is not None, "values.schema.json must ship with the chart"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [None, WEBHOOK, CERT_MANAGER, NON_DEFAULT, {"replicaCount": 1, "rbac": {"create": False}}],
+    ids=["default", "webhook", "cert-manager", "non-default", "minimal"],
+)
+def test_lint_is_clean(values):
+    assert lint_problems(values) == []
+
+
+def test_lint_reports_invalid_values():
+    problems = lint_problems({"webhook": {"failurePolicy": "Sometimes"}})
+    assert problems, "lint accepted failurePolicy: Sometimes"
+    assert any("failurePolicy" in p["error"] for p in problems)
+
+
+def test_crd_file_is_a_crd(chart):
+    if not CRD_FILE.exists():
+        pytest.skip(f"{CRD_FILE.relative_to(REPO)} not generated yet (taint-operator crd)")
+    crds = [c for c in chart.crds if c["filename"].endswith(CRD_FILE.name)]
+    assert len(crds) == 1, [c["filename"] for c in chart.crds]
+    doc = yaml.safe_load(crds[0]["data"])
+    assert doc["kind"] == "CustomResourceDefinition"
+    assert doc["metadata"]["name"] == "taintpolicies.nodetaint.io"
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_default_objects(default):
+    assert default.kinds() == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    }
+    for obj in default.objects:
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]
+
+
+def test_default_deployment(default):
+    dep = default.one("Deployment", FULLNAME)
+    assert dep["spec"]["replicas"] == 2
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert default.pod["serviceAccountName"] == FULLNAME
+
+    c = default.container
+    assert c["image"] == "ghcr.io/taint-operator/taint-operator:0.1.0"
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    assert c["command"] == ["taint-operator"]
+    assert c["args"] == [
+        "run",
+        "--metrics-addr=0.0.0.0:8080",
+        "--leader-elect",
+        "--lease-namespace=$(POD_NAMESPACE)",
+        f"--lease-name={FULLNAME}",
+        "--log-format=json",
+        "--log-level=info",
+    ]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"memory": "128Mi"},
+    }
+
+
+def test_default_security_context(default):
+    sc = default.container["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["runAsUser"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    psc = default.pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_default_tolerates_every_taint(default):
+    assert default.pod["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_default_anti_affinity_and_pdb(default):
+    preferred = default.pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert len(preferred) == 1
+    term = preferred[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == default.deployment["spec"]["selector"][
+        "matchLabels"
+    ]
+    pdb = default.one("PodDisruptionBudget", FULLNAME)
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == default.deployment["spec"]["selector"]
+
+
+def test_rules_file_is_what_the_operator_uses():
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    assert rules == EXPECTED_RULES
+
+
+def test_cluster_role_rules_equal_rules_file(default):
+    cr = default.one("ClusterRole", FULLNAME)
+    assert cr["rules"] == yaml.safe_load(RULES_FILE.read_text())
+    assert not any("leases" in r["resources"] for r in cr["rules"])
+    crb = default.one("ClusterRoleBinding", FULLNAME)
+    assert crb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": FULLNAME,
+    }
+    assert crb["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+    assert default.one("ServiceAccount", FULLNAME)["metadata"]["namespace"] == NAMESPACE
+
+
+def test_leases_role_in_release_namespace(default):
+    roles = default.all("Role")
+    assert len(roles) == 1
+    role = roles[0]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update", "patch"],
+        }
+    ]
+    rb = default.one("RoleBinding")
+    assert rb["metadata"]["namespace"] == NAMESPACE
+    assert rb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert rb["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+
+
+def test_default_has_no_webhook(default):
+    assert default.all("MutatingWebhookConfiguration") == []
+    assert default.all("Secret") == []
+    assert default.all("Certificate") == []
+    assert default.all("ServiceMonitor") == []
+    assert not any(a.startswith("--webhook") for a in default.container["args"])
+    assert not any(m["mountPath"] == "/tls" for m in default.container["volumeMounts"])
+    svc = default.one("Service", FULLNAME)
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert svc["spec"]["selector"] == default.deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_notes_say_how_to_check(default):
+    notes = default.notes
+    assert f"kubectl -n {NAMESPACE} get pods" in notes
+    assert "kubectl get tp" in notes
+    assert f"logs deploy/{FULLNAME}" in notes
+    assert f"port-forward svc/{FULLNAME} 8080:8080" in notes
+    assert "/metrics" in notes
+
+
+# --------------------------------------------------------------------------- webhook (genCA)
+
+
+def test_webhook_configuration(webhook):
+    mwc = webhook_config(webhook)
+    wh = mwc["webhooks"][0]
+    assert wh["name"] == "nodes.nodetaint.io"
+    assert wh["failurePolicy"] == "Ignore"
+    assert wh["timeoutSeconds"] == 3
+    assert wh["sideEffects"] == "None"
+    assert wh["admissionReviewVersions"] == ["v1"]
+    assert wh["reinvocationPolicy"] == "Never"
+    assert wh["rules"] == [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["nodes"],
+            "scope": "Cluster",
+        }
+    ]
+    assert "objectSelector" not in wh
+    assert "namespaceSelector" not in wh
+    assert wh["clientConfig"]["service"] == {
+        "name": FULLNAME,
+        "namespace": NAMESPACE,
+        "path": "/mutate-node",
+        "port": 443,
+    }
+    assert "cert-manager.io/inject-ca-from" not in (mwc["metadata"].get("annotations") or {})
+
+
+def test_webhook_genca_secret_and_ca_bundle(webhook):
+    secret = webhook.one("Secret", f"{FULLNAME}-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    ca_bundle = webhook_config(webhook)["webhooks"][0]["clientConfig"]["caBundle"]
+    assert ca_bundle, "caBundle is empty"
+    assert ca_bundle == secret["data"]["ca.crt"]
+    pem_cert(ca_bundle)
+    pem_cert(secret["data"]["tls.crt"])
+    assert "PRIVATE KEY" in base64.b64decode(secret["data"]["tls.key"]).decode()
+    assert webhook.all("Certificate") == [] and webhook.all("Issuer") == []
+
+
+def test_webhook_genca_certificate_is_served_for_the_service(webhook, tmp_path):
+    """A TLS handshake in memory: the serving cert verifies against caBundle for
+    the Service's DNS name, the way the API server calls the webhook."""
+    data = webhook.one("Secret", f"{FULLNAME}-webhook-tls")["data"]
+    for key in data:
+        (tmp_path / key).write_bytes(base64.b64decode(data[key]))
+    ca_bundle = webhook_config(webhook)["webhooks"][0]["clientConfig"]["caBundle"]
+
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    client_ctx.load_verify_locations(cadata=pem_cert(ca_bundle))
+
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname=f"{FULLNAME}.{NAMESPACE}.svc")
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(20):
+        for name, end in (("client", client), ("server", server)):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            break
+    assert all(done.values()), done
+    peer = client.getpeercert()
+    sans = {v for k, v in peer["subjectAltName"] if k == "DNS"}
+    assert {
+        FULLNAME,
+        f"{FULLNAME}.{NAMESPACE}.svc",
+        f"{FULLNAME}.{NAMESPACE}.svc.cluster.local",
+    } <= sans
+
+
+def test_webhook_deployment_and_service(webhook):
+    c = webhook.container
+    for arg in (
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-cert-file=/tls/tls.crt",
+        "--webhook-key-file=/tls/tls.key",
+    ):
+        assert arg in c["args"]
+    assert "--leader-elect" in c["args"]
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in c["ports"]
+    mounts = [m for m in c["volumeMounts"] if m["mountPath"] == "/tls"]
+    assert len(mounts) == 1 and mounts[0]["readOnly"] is True
+    volumes = {v["name"]: v for v in webhook.pod["volumes"]}
+    assert volumes[mounts[0]["name"]]["secret"]["secretName"] == f"{FULLNAME}-webhook-tls"
+    svc = webhook.one("Service", FULLNAME)
+    assert {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"} in svc[
+        "spec"
+    ]["ports"]
+    assert "Node admission webhook is enabled" in webhook.notes
+
+
+# --------------------------------------------------------------------------- webhook (cert-manager)
+
+
+def test_webhook_cert_manager(cert_manager):
+    assert cert_manager.all("Secret") == [], "no chart-generated CA with cert-manager"
+    issuer = cert_manager.one("Issuer")
+    assert issuer["apiVersion"] == "cert-manager.io/v1"
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert issuer["metadata"]["namespace"] == NAMESPACE
+    cert = cert_manager.one("Certificate", f"{FULLNAME}-webhook")
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    assert cert["metadata"]["namespace"] == NAMESPACE
+    assert cert["spec"]["secretName"] == f"{FULLNAME}-webhook-tls"
+    assert f"{FULLNAME}.{NAMESPACE}.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    assert cert["spec"]["issuerRef"]["kind"] == "Issuer"
+
+    mwc = webhook_config(cert_manager)
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{NAMESPACE}/{FULLNAME}-webhook"
+    )
+    assert "caBundle" not in mwc["webhooks"][0]["clientConfig"]
+
+    volumes = {v["name"]: v for v in cert_manager.pod["volumes"]}
+    assert volumes["webhook-tls"]["secret"]["secretName"] == cert["spec"]["secretName"]
+    assert "--webhook-cert-file=/tls/tls.crt" in cert_manager.container["args"]
+
+
+def test_webhook_cert_manager_existing_issuer(chart):
+    values = copy.deepcopy(CERT_MANAGER)
+    values["webhook"]["certManager"]["issuerRef"] = {
+        "name": "corp-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+    r = render(chart, values)
+    assert r.all("Issuer") == []
+    assert r.one("Certificate")["spec"]["issuerRef"] == values["webhook"]["certManager"][
+        "issuerRef"
+    ]
+
+
+# --------------------------------------------------------------------------- non-default values
+
+
+def test_non_default_values(non_default):
+    assert non_default.deployment["spec"]["replicas"] == 3
+    c = non_default.container
+    assert c["image"] == "ghcr.io/taint-operator/taint-operator:v9.9.9"
+    assert c["imagePullPolicy"] == "Always"
+    assert "--log-level=debug" in c["args"]
+    assert "--log-format=text" in c["args"]
+    assert non_default.pod["tolerations"] == NON_DEFAULT["tolerations"]
+
+    wh = webhook_config(non_default)["webhooks"][0]
+    assert wh["failurePolicy"] == "Fail"
+    assert wh["timeoutSeconds"] == 5
+    assert wh["objectSelector"] == {"matchLabels": {"nodetaint.io/webhook": "enabled"}}
+    assert "failurePolicy Fail" in non_default.notes
+
+    sm = non_default.one("ServiceMonitor", FULLNAME)
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["namespace"] == NAMESPACE
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    assert sm["spec"]["endpoints"] == [
+        {
+            "port": "metrics",
+            "path": "/metrics",
+            "scheme": "http",
+            "interval": "15s",
+            "scrapeTimeout": "10s",
+        }
+    ]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= non_default.one("Service")["metadata"][
+        "labels"
+    ].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert non_default.one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_tolerations_can_be_removed(chart):
+    r = render(chart, {"tolerations": []})
+    assert "tolerations" not in r.pod
+    assert "WARNING: tolerations is empty" in r.notes
+
+
+def test_single_replica_has_no_pdb(chart):
+    r = render(chart, {"replicaCount": 1})
+    assert r.deployment["spec"]["replicas"] == 1
+    assert r.all("PodDisruptionBudget") == []
+
+
+def test_custom_affinity_replaces_anti_affinity(chart):
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "role", "operator": "In", "values": ["infra"]}]}
+                ]
+            }
+        }
+    }
+    assert render(chart, {"affinity": affinity}).pod["affinity"] == affinity
+
+
+def test_names_follow_fullname_override(chart):
+    r = render(chart, {"fullnameOverride": "to", **WEBHOOK})
+    assert r.one("Deployment", "to")
+    assert "--lease-name=to" in r.container["args"]
+    assert r.one("ClusterRole", "to")
+    mwc = r.one("MutatingWebhookConfiguration", "to")
+    assert mwc["webhooks"][0]["clientConfig"]["service"]["name"] == "to"
+
+
+def test_rbac_and_service_account_can_be_external(chart):
+    r = render(chart, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}})
+    assert r.kinds().isdisjoint({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+    assert r.all("ServiceAccount") == []
+    assert r.pod["serviceAccountName"] == "ops"
+
+
+# --------------------------------------------------------------------------- values.schema.json
+
+
+@pytest.mark.parametrize(
+    "values",
+    [None, WEBHOOK, CERT_MANAGER, NON_DEFAULT],
+    ids=["default", "webhook", "cert-manager", "non-default"],
+)
+def test_schema_accepts_valid_values(chart, values):
+    chart.validate_schema(copy.deepcopy(values))
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"webhook": {"failurePolicy": "Sometimes"}}, "/webhook/failurePolicy"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"replicaCount": "2"}, "/replicaCount"),
+        ({"logFormat": "xml"}, "/logFormat"),
+        ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
+        ({"webhook": {"enabled": "yes"}}, "/webhook/enabled"),
+        ({"tolerations": [{"operator": "Sometimes"}]}, "/tolerations/0/operator"),
+        ({"tolerations": {"operator": "Exists"}}, "/tolerations"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"replicas": 2}, "replicas"),
+    ],
+    ids=[
+        "failurePolicy",
+        "replicas-zero",
+        "replicas-string",
+        "logFormat",
+        "timeout",
+        "enabled-string",
+        "toleration-operator",
+        "tolerations-object",
+        "pullPolicy",
+        "unknown-key",
+    ],
+)
+def test_schema_rejects_invalid_values(chart, values, where):
+    with pytest.raises(helm.HelmValuesError) as validated:
+        chart.validate_schema(copy.deepcopy(values))
+    assert where in str(validated.value)
+    # rendering (helm template / install) refuses them too
+    with pytest.raises(helm.HelmValuesError):
+        render(chart, values)
