@@ -6,12 +6,12 @@
 //! node could be touched.
 
 mod selector;
-mod validation;
 mod types;
+mod validation;
 
 pub use selector::{LabelSelector, LabelSelectorRequirement, SelectorOperator};
 pub use types::*;
-pub use validation::{validate_policy, FieldError};
+pub use validation::{FieldError, validate_policy};
 
 use kube::CustomResourceExt;
 

@@ -27,14 +27,45 @@ pub const FIELD_MANAGER: &str = "taint-operator";
     selectable = ".spec.mode",
     selectable = ".spec.dryRun",
     cel,
-    printcolumn(name = "Taints", type_ = "string", json_path = ".status.taints", description = "key=value:Effect of every taint the policy declares"),
+    printcolumn(
+        name = "Taints",
+        type_ = "string",
+        json_path = ".status.taints",
+        description = "key=value:Effect of every taint the policy declares"
+    ),
     printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
-    printcolumn(name = "Selected", type_ = "integer", json_path = ".status.selectedNodes"),
-    printcolumn(name = "Tainted", type_ = "integer", json_path = ".status.taintedNodes"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "DryRun", type_ = "boolean", json_path = ".spec.dryRun", priority = 1),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1)
+    printcolumn(
+        name = "Selected",
+        type_ = "integer",
+        json_path = ".status.selectedNodes"
+    ),
+    printcolumn(
+        name = "Tainted",
+        type_ = "integer",
+        json_path = ".status.taintedNodes"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "DryRun",
+        type_ = "boolean",
+        json_path = ".spec.dryRun",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -83,18 +114,38 @@ pub struct TaintPolicySpec {
 #[serde(rename_all = "camelCase")]
 pub struct PolicyTaint {
     /// A qualified name: an optional DNS subdomain prefix and `/`, then a name of at most 63 characters.
-    #[schemars(length(min = 1, max = 317), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 317),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+        )
+    )]
     #[x_kube(validation = Rule::new("!self.contains('/') || size(self.split('/')[0]) <= 253")
         .message("the prefix of a taint key must be at most 253 characters"))]
     pub key: String,
     /// At most 63 characters: alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 63), regex(pattern = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"))]
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+    )]
     pub value: Option<String>,
     pub effect: TaintEffect,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, schemars::JsonSchema)]
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
 pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
@@ -120,7 +171,9 @@ impl TaintEffect {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
 pub enum Mode {
     #[default]
     Continuous,
@@ -152,7 +205,10 @@ pub struct ConditionMatcher {
     /// How long the condition must have matched, counted from its lastTransitionTime,
     /// as a Go duration such as `30s`, `5m` or `1h30m`.
     #[serde(rename = "for", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64), regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
     pub for_: Option<String>,
 }
 
@@ -186,7 +242,10 @@ pub struct CriticalPod {
     /// A label for status and events.
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub namespace: String,
     pub selector: LabelSelector,
 }

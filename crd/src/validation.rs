@@ -56,16 +56,27 @@ pub fn validate_policy(object: &Value) -> Result<(), Vec<FieldError>> {
         // CEL rules only make sense on a structurally valid object.
         if let Err(cel) = kube::core::cel::Validator::new().validate(schema(), object, None) {
             errors.extend(cel.into_vec().into_iter().map(|e| FieldError {
-                path: if e.field_path.is_empty() { "spec".into() } else { e.field_path },
+                path: if e.field_path.is_empty() {
+                    "spec".into()
+                } else {
+                    e.field_path
+                },
                 message: e.message,
             }));
         }
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
 
 fn field_error(path: &str, message: impl Into<String>) -> FieldError {
-    FieldError { path: path.to_string(), message: message.into() }
+    FieldError {
+        path: path.to_string(),
+        message: message.into(),
+    }
 }
 
 fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
@@ -75,7 +86,11 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>
         }
         return;
     }
-    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+    if schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
         if !(value.is_i64() || value.is_u64() || value.is_string()) {
             errors.push(field_error(path, "must be an integer or a string"));
         }
@@ -83,8 +98,17 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.contains(value) {
-            let names: Vec<String> = allowed.iter().map(|v| v.as_str().map_or(v.to_string(), str::to_string)).collect();
-            errors.push(field_error(path, format!("unsupported value {value}: must be one of {}", names.join(", "))));
+            let names: Vec<String> = allowed
+                .iter()
+                .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
+                .collect();
+            errors.push(field_error(
+                path,
+                format!(
+                    "unsupported value {value}: must be one of {}",
+                    names.join(", ")
+                ),
+            ));
             return;
         }
     }
@@ -95,13 +119,18 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>
         Some("integer") => {
             if !(value.is_i64() || value.is_u64()) {
                 errors.push(field_error(path, "must be an integer"));
-            } else if let (Some(min), Some(n)) = (schema.get("minimum").and_then(Value::as_f64), value.as_f64()) {
+            } else if let (Some(min), Some(n)) = (
+                schema.get("minimum").and_then(Value::as_f64),
+                value.as_f64(),
+            ) {
                 if n < min {
                     errors.push(field_error(path, format!("must be at least {min}")));
                 }
             }
         }
-        Some("boolean") if !value.is_boolean() => errors.push(field_error(path, "must be a boolean")),
+        Some("boolean") if !value.is_boolean() => {
+            errors.push(field_error(path, "must be a boolean"))
+        }
         _ => {}
     }
 }
@@ -114,13 +143,19 @@ fn check_object(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fiel
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for name in required.iter().filter_map(Value::as_str) {
             if !obj.contains_key(name) {
-                errors.push(field_error(&format!("{path}.{name}"), "required field is missing"));
+                errors.push(field_error(
+                    &format!("{path}.{name}"),
+                    "required field is missing",
+                ));
             }
         }
     }
     if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
         if obj.len() as u64 > max {
-            errors.push(field_error(path, format!("must have at most {max} entries")));
+            errors.push(field_error(
+                path,
+                format!("must have at most {max} entries"),
+            ));
         }
     }
     let props = schema.get("properties").and_then(Value::as_object);
@@ -143,7 +178,10 @@ fn check_array(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Field
     };
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
         if (items.len() as u64) < min {
-            errors.push(field_error(path, format!("must have at least {min} item(s)")));
+            errors.push(field_error(
+                path,
+                format!("must have at least {min} item(s)"),
+            ));
         }
     }
     if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
@@ -166,12 +204,18 @@ fn check_string(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fiel
     let len = s.chars().count() as u64;
     if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
         if len < min {
-            errors.push(field_error(path, format!("must be at least {min} character(s)")));
+            errors.push(field_error(
+                path,
+                format!("must be at least {min} character(s)"),
+            ));
         }
     }
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
         if len > max {
-            errors.push(field_error(path, format!("must be at most {max} characters")));
+            errors.push(field_error(
+                path,
+                format!("must be at most {max} characters"),
+            ));
         }
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
@@ -197,7 +241,11 @@ mod tests {
     }
 
     fn refused(spec: Value) -> Vec<String> {
-        validate_policy(&policy(spec)).expect_err("should be refused").iter().map(|e| e.to_string()).collect()
+        validate_policy(&policy(spec))
+            .expect_err("should be refused")
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
     }
 
     fn taint() -> Value {
@@ -219,54 +267,88 @@ mod tests {
             "mode": "BootstrapOnly", "dryRun": true, "maxTaintedNodes": "30%"
         });
         validate_policy(&policy(spec)).unwrap();
-        validate_policy(&policy(json!({"taints": [taint()], "matchers": matcher(), "maxTaintedNodes": 3}))).unwrap();
+        validate_policy(&policy(
+            json!({"taints": [taint()], "matchers": matcher(), "maxTaintedNodes": 3}),
+        ))
+        .unwrap();
     }
 
     #[test]
     fn refuses_bad_effect_naming_the_field() {
-        let errs = refused(json!({"taints": [{"key": "k", "effect": "NoWay"}], "matchers": matcher()}));
-        assert!(errs[0].starts_with("spec.taints[0].effect: unsupported value"), "{errs:?}");
+        let errs =
+            refused(json!({"taints": [{"key": "k", "effect": "NoWay"}], "matchers": matcher()}));
+        assert!(
+            errs[0].starts_with("spec.taints[0].effect: unsupported value"),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn refuses_duplicate_taints() {
         let errs = refused(json!({"taints": [taint(), taint()], "matchers": matcher()}));
-        assert!(errs.iter().any(|e| e.contains("unique by key+effect")), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.contains("unique by key+effect")),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn same_key_with_other_effects_is_fine() {
         let other = json!({"key": "example.com/broken", "effect": "NoExecute"});
-        validate_policy(&policy(json!({"taints": [taint(), other], "matchers": matcher()}))).unwrap();
+        validate_policy(&policy(
+            json!({"taints": [taint(), other], "matchers": matcher()}),
+        ))
+        .unwrap();
     }
 
     #[test]
     fn refuses_a_policy_without_matchers_or_readiness() {
         let errs = refused(json!({"taints": [taint()]}));
-        assert!(errs.iter().any(|e| e.contains("at least one of spec.matchers or spec.readiness")), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("at least one of spec.matchers or spec.readiness")),
+            "{errs:?}"
+        );
         let errs = refused(json!({"taints": [taint()], "readiness": {}}));
-        assert!(errs.iter().any(|e| e.contains("at least one condition or critical pod")), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("at least one condition or critical pod")),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn refuses_bootstrap_only_without_readiness() {
-        let errs = refused(json!({"taints": [taint()], "matchers": matcher(), "mode": "BootstrapOnly"}));
-        assert!(errs.iter().any(|e| e.contains("readiness is required")), "{errs:?}");
+        let errs =
+            refused(json!({"taints": [taint()], "matchers": matcher(), "mode": "BootstrapOnly"}));
+        assert!(
+            errs.iter().any(|e| e.contains("readiness is required")),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn refuses_bad_taint_keys_and_values() {
         for key in ["", "-bad", "a/b/c", "UPPER.example.com/x", &"x".repeat(64)] {
-            let errs = refused(json!({"taints": [{"key": key, "effect": "NoSchedule"}], "matchers": matcher()}));
-            assert!(errs.iter().any(|e| e.starts_with("spec.taints[0].key")), "{key}: {errs:?}");
+            let errs = refused(
+                json!({"taints": [{"key": key, "effect": "NoSchedule"}], "matchers": matcher()}),
+            );
+            assert!(
+                errs.iter().any(|e| e.starts_with("spec.taints[0].key")),
+                "{key}: {errs:?}"
+            );
         }
-        let errs = refused(json!({"taints": [{"key": "k", "value": "has space", "effect": "NoSchedule"}], "matchers": matcher()}));
+        let errs = refused(
+            json!({"taints": [{"key": "k", "value": "has space", "effect": "NoSchedule"}], "matchers": matcher()}),
+        );
         assert!(errs[0].starts_with("spec.taints[0].value"), "{errs:?}");
     }
 
     #[test]
     fn refuses_too_many_or_no_taints() {
-        let many: Vec<Value> = (0..9).map(|i| json!({"key": format!("k{i}"), "effect": "NoSchedule"})).collect();
+        let many: Vec<Value> = (0..9)
+            .map(|i| json!({"key": format!("k{i}"), "effect": "NoSchedule"}))
+            .collect();
         assert!(refused(json!({"taints": many, "matchers": matcher()}))[0].contains("at most 8"));
         assert!(refused(json!({"taints": [], "matchers": matcher()}))[0].contains("at least 1"));
     }
@@ -274,17 +356,33 @@ mod tests {
     #[test]
     fn refuses_bad_durations_percentages_and_selectors() {
         let m = json!([{"conditions": [{"type": "A", "status": "B", "for": "30 seconds"}]}]);
-        assert!(refused(json!({"taints": [taint()], "matchers": m}))[0].starts_with("spec.matchers[0].conditions[0].for"));
+        assert!(
+            refused(json!({"taints": [taint()], "matchers": m}))[0]
+                .starts_with("spec.matchers[0].conditions[0].for")
+        );
         for bad in [json!("150%"), json!("abc"), json!(-1)] {
-            let errs = refused(json!({"taints": [taint()], "matchers": matcher(), "maxTaintedNodes": bad}));
-            assert!(errs.iter().any(|e| e.contains("maxTaintedNodes")), "{errs:?}");
+            let errs = refused(
+                json!({"taints": [taint()], "matchers": matcher(), "maxTaintedNodes": bad}),
+            );
+            assert!(
+                errs.iter().any(|e| e.contains("maxTaintedNodes")),
+                "{errs:?}"
+            );
         }
         let sel = json!({"matchExpressions": [{"key": "a", "operator": "In"}]});
-        let errs = refused(json!({"taints": [taint()], "matchers": matcher(), "nodeSelector": sel}));
-        assert!(errs.iter().any(|e| e.contains("values must be non-empty")), "{errs:?}");
+        let errs =
+            refused(json!({"taints": [taint()], "matchers": matcher(), "nodeSelector": sel}));
+        assert!(
+            errs.iter().any(|e| e.contains("values must be non-empty")),
+            "{errs:?}"
+        );
         let sel = json!({"matchExpressions": [{"key": "a", "operator": "Near"}]});
-        let errs = refused(json!({"taints": [taint()], "matchers": matcher(), "nodeSelector": sel}));
-        assert!(errs[0].starts_with("spec.nodeSelector.matchExpressions[0].operator"), "{errs:?}");
+        let errs =
+            refused(json!({"taints": [taint()], "matchers": matcher(), "nodeSelector": sel}));
+        assert!(
+            errs[0].starts_with("spec.nodeSelector.matchExpressions[0].operator"),
+            "{errs:?}"
+        );
     }
 
     #[test]

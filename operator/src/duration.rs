@@ -1,0 +1,75 @@
+//! Go-style durations (`30s`, `1m30s`, `1.5h`, `300ms`), the format of `for`.
+
+use std::time::Duration;
+
+/// Parses a Go duration. Returns `None` for anything the CRD pattern would refuse.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    if s.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        if num.is_empty()
+            || num.starts_with('.')
+            || num.ends_with('.')
+            || num.matches('.').count() > 1
+        {
+            return None;
+        }
+        let value: f64 = num.parse().ok()?;
+        let (unit_secs, unit_len) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .iter()
+        .filter(|(u, _)| tail.starts_with(u))
+        .map(|(u, secs)| (*secs, u.len()))
+        // "ms" must win over "m": take the longest unit that fits.
+        .max_by_key(|(_, len)| *len)?;
+        total += value * unit_secs;
+        rest = &tail[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_durations() {
+        assert_eq!(parse_go_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(parse_go_duration("2h0m5s"), Some(Duration::from_secs(7205)));
+        assert_eq!(parse_go_duration("10µs"), Some(Duration::from_micros(10)));
+    }
+
+    #[test]
+    fn refuses_malformed_durations() {
+        for bad in [
+            "",
+            "30",
+            "s",
+            "1.s",
+            ".5s",
+            "30 seconds",
+            "1d",
+            "-5s",
+            "1..2s",
+        ] {
+            assert_eq!(parse_go_duration(bad), None, "{bad}");
+        }
+    }
+}

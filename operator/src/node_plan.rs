@@ -1,0 +1,300 @@
+//! What a node's taints and ownership annotations must become.
+//!
+//! The rules that keep the operator safe live here: only owned taints are ever
+//! removed or changed, a foreign taint with the same key+effect is left alone,
+//! a conflict loser never touches the taint, invalid and dry-run policies freeze
+//! what they own, and taints whose policy is gone are cleaned up.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use taint_operator_crd::{Mode, PolicyTaint, TaintEffect};
+
+use crate::{
+    cluster::NodeView,
+    decision::NodeEvaluation,
+    ownership::{Bootstrapped, ManagedTaints, split_taint_id, taint_id},
+    policy_set::PolicySet,
+};
+
+/// What to do with owned taints and bootstrap records of policies that are not in
+/// the policy set at all. The controller knows every policy, so such a record is an
+/// orphan; `plan` sees only the files it was given, so it leaves them alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownPolicies {
+    Remove,
+    Keep,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaintChange {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+    pub policy: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePlan {
+    pub node: String,
+    /// The node's whole new taint list (others' taints untouched, in their order).
+    pub taints: Vec<Taint>,
+    pub managed: ManagedTaints,
+    pub bootstrapped: Bootstrapped,
+    pub added: Vec<TaintChange>,
+    pub removed: Vec<TaintChange>,
+    /// `policy: why`, for what the plan leaves alone on purpose (foreign taint, cap).
+    pub notes: Vec<String>,
+    /// BootstrapOnly policies whose completion this plan records.
+    pub completed: Vec<String>,
+}
+
+impl NodePlan {
+    /// True when applying the plan changes the node: taints or annotations.
+    pub fn changes(&self, node: &NodeView) -> bool {
+        self.taints != node.taints
+            || self.managed != node.managed
+            || self.bootstrapped != node.bootstrapped
+    }
+
+    /// `policy: reason` lines for every change and note, without repeats.
+    pub fn reasons(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let lines = self
+            .added
+            .iter()
+            .chain(&self.removed)
+            .map(|c| format!("{}: {}", c.policy, c.reason))
+            .chain(self.notes.iter().cloned());
+        for line in lines {
+            if !out.contains(&line) {
+                out.push(line);
+            }
+        }
+        out
+    }
+}
+
+enum Desired<'a> {
+    Present {
+        taint: &'a PolicyTaint,
+        policy: usize,
+        reason: String,
+    },
+    Absent {
+        policy: usize,
+        reason: String,
+    },
+}
+
+/// True when the node carries one of policy `i`'s taints, owned by it.
+pub fn carries(set: &PolicySet, i: usize, node: &NodeView) -> bool {
+    let p = &set.policies[i];
+    p.taints.iter().any(|t| {
+        let id = taint_id(&t.key, t.effect.as_str());
+        node.managed.owner(&id) == Some(p.name.as_str())
+            && node
+                .taints
+                .iter()
+                .any(|n| n.key == t.key && n.effect == t.effect.as_str())
+    })
+}
+
+/// Plans one node. `admitted(i)` answers whether policy `i` may newly taint this node
+/// under its `maxTaintedNodes` cap; it is asked only for matcher-only wants on a node
+/// that does not carry the policy's taints yet.
+pub fn plan_node(
+    set: &PolicySet,
+    node: &NodeView,
+    eval: &NodeEvaluation,
+    admitted: &dyn Fn(usize) -> bool,
+    unknown: UnknownPolicies,
+    now: Timestamp,
+) -> NodePlan {
+    let mut plan = NodePlan {
+        node: node.name.clone(),
+        taints: node.taints.clone(),
+        managed: node.managed.clone(),
+        bootstrapped: node.bootstrapped.clone(),
+        added: Vec::new(),
+        removed: Vec::new(),
+        notes: Vec::new(),
+        completed: Vec::new(),
+    };
+
+    let mut desired: BTreeMap<String, Desired> = BTreeMap::new();
+    for (i, p) in set.policies.iter().enumerate() {
+        // Invalid and dry-run policies freeze what they own; deleting ones are cleaned up below.
+        if !p.is_active() {
+            continue;
+        }
+        let e = &eval.policies[i];
+        let mut wants = e.wants_taints();
+        if wants && e.capped() && !carries(set, i, node) && !admitted(i) {
+            wants = false;
+            plan.notes.push(format!(
+                "{}: held back by maxTaintedNodes ({})",
+                p.name,
+                e.reasons().join("; ")
+            ));
+        }
+        let mut reason = e.reasons().join("; ");
+        if p.mode == Mode::BootstrapOnly && e.ready_and_clear() {
+            reason.push_str("; bootstrap complete");
+        }
+        for t in &p.taints {
+            let id = taint_id(&t.key, t.effect.as_str());
+            if set.owner_of(&id) != Some(i) {
+                continue;
+            }
+            let d = if wants {
+                Desired::Present {
+                    taint: t,
+                    policy: i,
+                    reason: reason.clone(),
+                }
+            } else {
+                Desired::Absent {
+                    policy: i,
+                    reason: reason.clone(),
+                }
+            };
+            desired.insert(id, d);
+        }
+    }
+
+    for (id, d) in &desired {
+        match d {
+            Desired::Present {
+                taint,
+                policy,
+                reason,
+            } => apply_present(&mut plan, set, id, taint, *policy, reason, now),
+            Desired::Absent { policy, reason } => {
+                if plan.managed.owner(id).is_some() {
+                    remove_owned(&mut plan, id, &set.policies[*policy].name, reason);
+                    plan.managed.0.remove(id);
+                }
+            }
+        }
+    }
+
+    // Owned taints no live policy declares: their policy is being deleted, dropped the
+    // taint from its spec, or is gone.
+    let orphans: Vec<(String, String)> = plan
+        .managed
+        .0
+        .iter()
+        .filter(|(id, _)| !desired.contains_key(*id) && set.owner_of(id).is_none())
+        .map(|(id, owner)| (id.clone(), owner.clone()))
+        .collect();
+    for (id, owner) in orphans {
+        let reason = match set.index_of(&owner) {
+            Some(j) if set.policies[j].deleting => "policy is being deleted",
+            Some(_) => "taint is no longer declared by the policy",
+            None if unknown == UnknownPolicies::Remove => "policy no longer exists",
+            None => continue,
+        };
+        remove_owned(&mut plan, &id, &owner, reason);
+        plan.managed.0.remove(&id);
+    }
+
+    for (i, p) in set.policies.iter().enumerate() {
+        if p.is_active()
+            && p.mode == Mode::BootstrapOnly
+            && eval.policies[i].ready_and_clear()
+            && !plan.bootstrapped.completed(&p.name, &p.uid)
+        {
+            plan.bootstrapped.record(&p.name, &p.uid, now);
+            plan.completed.push(p.name.clone());
+        }
+    }
+    plan.bootstrapped
+        .0
+        .retain(|name, _| match set.index_of(name) {
+            Some(j) => !set.policies[j].deleting,
+            None => unknown == UnknownPolicies::Keep,
+        });
+    plan
+}
+
+fn apply_present(
+    plan: &mut NodePlan,
+    set: &PolicySet,
+    id: &str,
+    t: &PolicyTaint,
+    policy: usize,
+    reason: &str,
+    now: Timestamp,
+) {
+    let name = &set.policies[policy].name;
+    let existing = plan
+        .taints
+        .iter()
+        .position(|n| n.key == t.key && n.effect == t.effect.as_str());
+    match (existing, plan.managed.owner(id).is_some()) {
+        (Some(_), false) => {
+            let same = existing.is_some_and(|i| plan.taints[i].value == t.value);
+            if !same {
+                plan.notes.push(format!(
+                    "{name}: {id} is already set by someone else with another value; left alone"
+                ));
+            }
+        }
+        (Some(i), true) => {
+            if plan.taints[i].value != t.value {
+                plan.taints[i] = new_taint(t, now);
+                plan.added
+                    .push(change(t, name, &format!("{reason} (value changed)")));
+            }
+            plan.managed.0.insert(id.to_string(), name.clone());
+        }
+        (None, _) => {
+            plan.taints.push(new_taint(t, now));
+            plan.added.push(change(t, name, reason));
+            plan.managed.0.insert(id.to_string(), name.clone());
+        }
+    }
+}
+
+fn remove_owned(plan: &mut NodePlan, id: &str, policy: &str, reason: &str) {
+    let Some((key, effect)) = split_taint_id(id) else {
+        return;
+    };
+    if let Some(i) = plan
+        .taints
+        .iter()
+        .position(|n| n.key == key && n.effect == effect.as_str())
+    {
+        let old = plan.taints.remove(i);
+        plan.removed.push(TaintChange {
+            key: key.to_string(),
+            value: old.value,
+            effect,
+            policy: policy.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+}
+
+fn new_taint(t: &PolicyTaint, now: Timestamp) -> Taint {
+    Taint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect.as_str().to_string(),
+        // The API server only keeps timeAdded for NoExecute, where tolerationSeconds count from it.
+        time_added: (t.effect == TaintEffect::NoExecute)
+            .then(|| Time(now.round(k8s_openapi::jiff::Unit::Second).unwrap_or(now))),
+    }
+}
+
+fn change(t: &PolicyTaint, policy: &str, reason: &str) -> TaintChange {
+    TaintChange {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect,
+        policy: policy.to_string(),
+        reason: reason.to_string(),
+    }
+}

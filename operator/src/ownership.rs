@@ -1,0 +1,149 @@
+//! The node annotations that record what the operator owns and what completed.
+//!
+//! `nodetaint.io/managed-taints`: `{"<key>:<effect>": "<policy>"}` — the taints the
+//! operator added. Only these may ever be removed or changed by it.
+//! `nodetaint.io/bootstrapped`: `{"<policy>": "<uid>@<RFC 3339>"}` — BootstrapOnly
+//! completions, valid only for the policy uid they name.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use taint_operator_crd::TaintEffect;
+
+/// `<key>:<effect>`, the identity of a taint (the API server refuses two taints with both equal).
+pub fn taint_id(key: &str, effect: &str) -> String {
+    format!("{key}:{effect}")
+}
+
+/// Splits `<key>:<effect>`; keys never contain `:`.
+pub fn split_taint_id(id: &str) -> Option<(&str, TaintEffect)> {
+    let (key, effect) = id.rsplit_once(':')?;
+    Some((key, TaintEffect::parse(effect)?))
+}
+
+/// Taint id → owning policy name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManagedTaints(pub BTreeMap<String, String>);
+
+impl ManagedTaints {
+    /// A malformed annotation owns nothing: the operator then leaves those taints
+    /// alone rather than guessing, which can only err on the side of not removing.
+    pub fn parse(annotation: Option<&str>) -> Self {
+        ManagedTaints(
+            annotation
+                .and_then(|a| serde_json::from_str(a).ok())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The annotation value, or `None` when nothing is owned (the annotation is then removed).
+    pub fn to_annotation(&self) -> Option<String> {
+        (!self.0.is_empty())
+            .then(|| serde_json::to_string(&self.0).expect("a string map serializes"))
+    }
+
+    pub fn owner(&self, id: &str) -> Option<&str> {
+        self.0.get(id).map(String::as_str)
+    }
+}
+
+/// A recorded BootstrapOnly completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub uid: String,
+    pub at: String,
+}
+
+/// Policy name → completion.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bootstrapped(pub BTreeMap<String, Completion>);
+
+impl Bootstrapped {
+    pub fn parse(annotation: Option<&str>) -> Self {
+        let raw: BTreeMap<String, String> = annotation
+            .and_then(|a| serde_json::from_str(a).ok())
+            .unwrap_or_default();
+        Bootstrapped(
+            raw.into_iter()
+                .filter_map(|(policy, v)| {
+                    let (uid, at) = v.split_once('@')?;
+                    Some((
+                        policy,
+                        Completion {
+                            uid: uid.to_string(),
+                            at: at.to_string(),
+                        },
+                    ))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn to_annotation(&self) -> Option<String> {
+        let raw: BTreeMap<&str, String> = self
+            .0
+            .iter()
+            .map(|(p, c)| (p.as_str(), format!("{}@{}", c.uid, c.at)))
+            .collect();
+        (!raw.is_empty()).then(|| serde_json::to_string(&raw).expect("a string map serializes"))
+    }
+
+    /// True when `policy` completed on this node in its current incarnation (`uid`).
+    pub fn completed(&self, policy: &str, uid: &str) -> bool {
+        self.0.get(policy).is_some_and(|c| c.uid == uid)
+    }
+
+    pub fn record(&mut self, policy: &str, uid: &str, now: Timestamp) {
+        let at = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        self.0.insert(
+            policy.to_string(),
+            Completion {
+                uid: uid.to_string(),
+                at,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn managed_taints_round_trip_and_malformed_owns_nothing() {
+        let m = ManagedTaints::parse(Some(r#"{"a/b:NoSchedule":"p1"}"#));
+        assert_eq!(m.owner("a/b:NoSchedule"), Some("p1"));
+        assert_eq!(
+            m.to_annotation().as_deref(),
+            Some(r#"{"a/b:NoSchedule":"p1"}"#)
+        );
+        assert_eq!(
+            ManagedTaints::parse(Some("not json")),
+            ManagedTaints::default()
+        );
+        assert_eq!(ManagedTaints::default().to_annotation(), None);
+    }
+
+    #[test]
+    fn bootstrapped_counts_only_for_the_same_uid() {
+        let mut b =
+            Bootstrapped::parse(Some(r#"{"p":"uid-1@2026-11-20T10:00:00Z","bad":"nouid"}"#));
+        assert!(b.completed("p", "uid-1"));
+        assert!(!b.completed("p", "uid-2"));
+        assert!(!b.completed("bad", "nouid"));
+        b.record("q", "uid-9", "2026-11-20T12:00:00Z".parse().unwrap());
+        assert_eq!(
+            b.to_annotation().as_deref(),
+            Some(r#"{"p":"uid-1@2026-11-20T10:00:00Z","q":"uid-9@2026-11-20T12:00:00Z"}"#)
+        );
+    }
+
+    #[test]
+    fn taint_ids_split_at_the_last_colon() {
+        assert_eq!(
+            split_taint_id("example.com/x:NoExecute"),
+            Some(("example.com/x", TaintEffect::NoExecute))
+        );
+        assert_eq!(split_taint_id("x:Sometimes"), None);
+    }
+}

@@ -1,0 +1,210 @@
+//! A TaintPolicy compiled for evaluation: regexes built, durations parsed,
+//! selectors ready. Compilation is where the operator finds what only it can
+//! tell (regex syntax), and reports it with the field's path.
+
+use std::time::Duration;
+
+use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp};
+use regex::Regex;
+use taint_operator_crd::{Mode, PolicyTaint, TaintPolicy};
+
+use crate::{duration::parse_go_duration, ownership::taint_id, selector::Selector};
+
+/// Why a policy cannot be applied, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidSpec {
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledCondition {
+    pub type_: String,
+    pub status_source: String,
+    pub status: Regex,
+    pub reason: Option<Regex>,
+    pub for_: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledReadinessCondition {
+    pub type_: String,
+    pub status_source: String,
+    pub status: Regex,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledCriticalPod {
+    pub name: String,
+    pub namespace: String,
+    pub selector: Selector,
+}
+
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    pub conditions: Vec<CompiledReadinessCondition>,
+    pub critical_pods: Vec<CompiledCriticalPod>,
+}
+
+/// What evaluation needs of a valid spec.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    pub node_selector: Selector,
+    /// OR of AND-groups.
+    pub matchers: Vec<Vec<CompiledCondition>>,
+    pub readiness: Option<Readiness>,
+    pub max_tainted_nodes: Option<IntOrString>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    pub name: String,
+    pub uid: String,
+    pub created: Option<Timestamp>,
+    pub generation: Option<i64>,
+    pub deleting: bool,
+    pub mode: Mode,
+    pub dry_run: bool,
+    pub taints: Vec<PolicyTaint>,
+    pub rules: Result<Rules, InvalidSpec>,
+}
+
+impl CompiledPolicy {
+    pub fn compile(policy: &TaintPolicy) -> Self {
+        let spec = &policy.spec;
+        CompiledPolicy {
+            name: policy.metadata.name.clone().unwrap_or_default(),
+            uid: policy.metadata.uid.clone().unwrap_or_default(),
+            created: policy.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            generation: policy.metadata.generation,
+            deleting: policy.metadata.deletion_timestamp.is_some(),
+            mode: spec.mode,
+            dry_run: spec.dry_run,
+            taints: spec.taints.clone(),
+            rules: compile_rules(policy),
+        }
+    }
+
+    /// The policy may change nodes: valid, not a dry run, not being deleted.
+    pub fn is_active(&self) -> bool {
+        self.rules.is_ok() && !self.dry_run && !self.deleting
+    }
+
+    pub fn taint_ids(&self) -> impl Iterator<Item = String> + '_ {
+        self.taints
+            .iter()
+            .map(|t| taint_id(&t.key, t.effect.as_str()))
+    }
+
+    /// The cap on matcher-triggered taints for `selected` nodes; percentages round down.
+    pub fn tainted_limit(&self, selected: usize) -> Option<usize> {
+        match self.rules.as_ref().ok()?.max_tainted_nodes.as_ref()? {
+            IntOrString::Int(n) => Some((*n).max(0) as usize),
+            IntOrString::String(s) => {
+                let percent: usize = s.trim_end_matches('%').parse().ok()?;
+                Some(selected * percent.min(100) / 100)
+            }
+        }
+    }
+}
+
+fn anchored(pattern: &str, field: &str) -> Result<Regex, InvalidSpec> {
+    // The whole string must match, as the API promises; a bare `True` must not match `NotTrue`.
+    Regex::new(&format!("^(?:{pattern})$")).map_err(|e| InvalidSpec {
+        field: field.to_string(),
+        message: format!("invalid regex {pattern:?}: {}", first_line(&e.to_string())),
+    })
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .last()
+        .unwrap_or(s)
+        .trim()
+        .to_string()
+}
+
+fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
+    let spec = &policy.spec;
+    let mut matchers = Vec::with_capacity(spec.matchers.len());
+    for (i, m) in spec.matchers.iter().enumerate() {
+        let mut group = Vec::with_capacity(m.conditions.len());
+        for (j, c) in m.conditions.iter().enumerate() {
+            let field = format!("spec.matchers[{i}].conditions[{j}]");
+            let for_ = match &c.for_ {
+                None => None,
+                Some(d) => Some(parse_go_duration(d).ok_or_else(|| InvalidSpec {
+                    field: format!("{field}.for"),
+                    message: format!(
+                        "invalid duration {d:?}: use a Go duration such as 30s or 1m30s"
+                    ),
+                })?),
+            };
+            group.push(CompiledCondition {
+                type_: c.type_.clone(),
+                status_source: c.status.clone(),
+                status: anchored(&c.status, &format!("{field}.status"))?,
+                reason: c
+                    .reason
+                    .as_deref()
+                    .map(|r| anchored(r, &format!("{field}.reason")))
+                    .transpose()?,
+                for_,
+            });
+        }
+        if group.is_empty() {
+            return Err(InvalidSpec {
+                field: format!("spec.matchers[{i}].conditions"),
+                message: "must not be empty".into(),
+            });
+        }
+        matchers.push(group);
+    }
+    let readiness = match &spec.readiness {
+        None => None,
+        Some(r) => {
+            let conditions = r
+                .conditions
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    Ok(CompiledReadinessCondition {
+                        type_: c.type_.clone(),
+                        status_source: c.status.clone(),
+                        status: anchored(
+                            &c.status,
+                            &format!("spec.readiness.conditions[{i}].status"),
+                        )?,
+                    })
+                })
+                .collect::<Result<Vec<_>, InvalidSpec>>()?;
+            let critical_pods = r
+                .critical_pods
+                .iter()
+                .map(|p| CompiledCriticalPod {
+                    name: p.name.clone(),
+                    namespace: p.namespace.clone(),
+                    selector: Selector::new(Some(&p.selector)),
+                })
+                .collect();
+            Some(Readiness {
+                conditions,
+                critical_pods,
+            })
+        }
+    };
+    if matchers.is_empty() && readiness.is_none() {
+        return Err(InvalidSpec {
+            field: "spec".into(),
+            message: "at least one of spec.matchers or spec.readiness must be given".into(),
+        });
+    }
+    Ok(Rules {
+        node_selector: Selector::new(spec.node_selector.as_ref()),
+        matchers,
+        readiness,
+        max_tainted_nodes: spec.max_tainted_nodes.clone(),
+    })
+}
