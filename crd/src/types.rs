@@ -1,3 +1,6 @@
+// The derive takes repeated printcolumn(...) arguments, which this lint misreads as duplicates.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Condition, util::intstr::IntOrString};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

@@ -96,21 +96,21 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>
         }
         return;
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            let names: Vec<String> = allowed
-                .iter()
-                .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
-                .collect();
-            errors.push(field_error(
-                path,
-                format!(
-                    "unsupported value {value}: must be one of {}",
-                    names.join(", ")
-                ),
-            ));
-            return;
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let names: Vec<String> = allowed
+            .iter()
+            .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
+            .collect();
+        errors.push(field_error(
+            path,
+            format!(
+                "unsupported value {value}: must be one of {}",
+                names.join(", ")
+            ),
+        ));
+        return;
     }
     match schema.get("type").and_then(Value::as_str) {
         Some("object") => check_object(schema, value, path, errors),
@@ -122,10 +122,9 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>
             } else if let (Some(min), Some(n)) = (
                 schema.get("minimum").and_then(Value::as_f64),
                 value.as_f64(),
-            ) {
-                if n < min {
-                    errors.push(field_error(path, format!("must be at least {min}")));
-                }
+            ) && n < min
+            {
+                errors.push(field_error(path, format!("must be at least {min}")));
             }
         }
         Some("boolean") if !value.is_boolean() => {
@@ -150,13 +149,13 @@ fn check_object(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fiel
             }
         }
     }
-    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
-        if obj.len() as u64 > max {
-            errors.push(field_error(
-                path,
-                format!("must have at most {max} entries"),
-            ));
-        }
+    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
+        && obj.len() as u64 > max
+    {
+        errors.push(field_error(
+            path,
+            format!("must have at most {max} entries"),
+        ));
     }
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
@@ -176,18 +175,18 @@ fn check_array(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Field
         errors.push(field_error(path, "must be a list"));
         return;
     };
-    if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-        if (items.len() as u64) < min {
-            errors.push(field_error(
-                path,
-                format!("must have at least {min} item(s)"),
-            ));
-        }
+    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+        && (items.len() as u64) < min
+    {
+        errors.push(field_error(
+            path,
+            format!("must have at least {min} item(s)"),
+        ));
     }
-    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-        if items.len() as u64 > max {
-            errors.push(field_error(path, format!("must have at most {max} items")));
-        }
+    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+        && items.len() as u64 > max
+    {
+        errors.push(field_error(path, format!("must have at most {max} items")));
     }
     if let Some(item_schema) = schema.get("items") {
         for (i, item) in items.iter().enumerate() {
@@ -202,21 +201,21 @@ fn check_string(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fiel
         return;
     };
     let len = s.chars().count() as u64;
-    if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-        if len < min {
-            errors.push(field_error(
-                path,
-                format!("must be at least {min} character(s)"),
-            ));
-        }
+    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+        && len < min
+    {
+        errors.push(field_error(
+            path,
+            format!("must be at least {min} character(s)"),
+        ));
     }
-    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-        if len > max {
-            errors.push(field_error(
-                path,
-                format!("must be at most {max} characters"),
-            ));
-        }
+    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+        && len > max
+    {
+        errors.push(field_error(
+            path,
+            format!("must be at most {max} characters"),
+        ));
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
         // The schema's patterns are written in the RE2 subset both Go and the regex crate accept.

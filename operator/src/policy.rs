@@ -113,14 +113,14 @@ fn anchored(pattern: &str, field: &str) -> Result<Regex, InvalidSpec> {
     // The whole string must match, as the API promises; a bare `True` must not match `NotTrue`.
     Regex::new(&format!("^(?:{pattern})$")).map_err(|e| InvalidSpec {
         field: field.to_string(),
-        message: format!("invalid regex {pattern:?}: {}", first_line(&e.to_string())),
+        message: format!("invalid regex {pattern:?}: {}", last_line(&e.to_string())),
     })
 }
 
-fn first_line(s: &str) -> String {
+/// The regex crate's message ends with the line that says what is wrong.
+fn last_line(s: &str) -> String {
     s.lines()
-        .filter(|l| !l.trim().is_empty())
-        .last()
+        .rfind(|l| !l.trim().is_empty())
         .unwrap_or(s)
         .trim()
         .to_string()

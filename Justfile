@@ -1,0 +1,27 @@
+# taint-operator tasks. `just --list` shows them.
+
+examples := "-f examples/spot-out-of-service.yaml -f examples/nic-kaput.yaml -f examples/startup-init-daemonset.yaml -f examples/istio-cni-readiness.yaml -f examples/cni-network-ready.yaml"
+
+# Plan the shipped examples against the example cluster dump (no cluster needed).
+plan *ARGS:
+    cargo run -q -p taint-operator -- plan {{examples}} --cluster examples/cluster.yaml --now 2026-11-20T12:00:00Z {{ARGS}}
+
+# Every test: unit, property, mocked-API, e2e (skipped without a control plane), chart.
+test:
+    cargo test --workspace && bash tests/chart/run.sh
+
+# Regenerate the chart's copy of the CRD.
+crd:
+    cargo run -q -p taint-operator -- crd > charts/taint-operator/crds/taintpolicies.nodetaint.io.yaml
+
+# Start a bare control plane (needs KUBE_APISERVER_BIN and ETCD_BIN) and run the e2e tests against it.
+e2e:
+    bash e2e/run.sh
+
+# Decision-core benchmarks (criterion).
+bench:
+    cargo bench -p taint-operator --bench evaluate
+
+# What CI runs.
+ci:
+    bash .ci/run
