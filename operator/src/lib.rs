@@ -4,13 +4,30 @@
 //! `cluster_plan`) is pure: it reads views of nodes and pods and returns plans.
 //! `plan_cmd` is the no-cluster CLI around it.
 
+pub mod api_metrics;
+pub mod cap_ledger;
 pub mod cluster;
 pub mod cluster_plan;
+pub mod context;
 pub mod decision;
 pub mod duration;
+pub mod error;
+pub mod http;
+pub mod leader;
+pub mod metrics;
 pub mod node_plan;
+pub mod node_reconciler;
+pub mod node_writer;
 pub mod ownership;
 pub mod plan_cmd;
+pub mod pod_cache;
+pub mod pod_watch;
 pub mod policy;
+pub mod policy_reconciler;
 pub mod policy_set;
+pub mod policy_status;
+pub mod run;
 pub mod selector;
+pub mod telemetry;
+pub mod trim;
+pub mod webhook;

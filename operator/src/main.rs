@@ -1,7 +1,12 @@
-use std::{path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
-use clap::{Parser, Subcommand};
-use taint_operator::plan_cmd::{self, Output, PlanArgs};
+use clap::{Args, Parser, Subcommand};
+use taint_operator::{
+    plan_cmd::{self, Output, PlanArgs},
+    run::{RunConfig, run},
+    telemetry::{self, LogFormat},
+    webhook::WebhookConfig,
+};
 
 /// Keeps node taints right, declaratively.
 #[derive(Parser)]
@@ -13,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller against the cluster in KUBECONFIG (or in-cluster config).
+    Run(RunArgs),
     /// Print, per node, the taints the policies would add and remove. No cluster needed.
     Plan {
         /// TaintPolicy YAML (one or many documents, or a List). Repeatable.
@@ -31,9 +38,93 @@ enum Command {
     Crd,
 }
 
+#[derive(Args)]
+struct RunArgs {
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Serve the Node CREATE admission webhook (TLS) on this address.
+    #[arg(long, requires_all = ["webhook_cert_file", "webhook_key_file"])]
+    webhook_addr: Option<SocketAddr>,
+    /// PEM certificate for the webhook; reloaded when the file changes.
+    #[arg(long)]
+    webhook_cert_file: Option<PathBuf>,
+    /// PEM private key for the webhook; reloaded when the file changes.
+    #[arg(long)]
+    webhook_key_file: Option<PathBuf>,
+    /// Elect a leader on a Lease: only the leader writes.
+    #[arg(long)]
+    leader_elect: bool,
+    #[arg(long, default_value = "taint-operator")]
+    lease_name: String,
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// This replica's name in the Lease and in events (default: POD_NAME, then the hostname).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Nodes reconciled at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u16,
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "TAINT_OPERATOR_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+    /// A tracing filter: info, debug, or e.g. info,taint_operator=debug.
+    #[arg(long, default_value = "info", env = "TAINT_OPERATOR_LOG")]
+    log_level: String,
+}
+
+fn run_command(args: RunArgs) -> ExitCode {
+    if let Err(e) = telemetry::init(args.log_format, &args.log_level) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let identity = args.identity.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "taint-operator".into())
+    });
+    let webhook = match (
+        args.webhook_addr,
+        args.webhook_cert_file,
+        args.webhook_key_file,
+    ) {
+        (Some(addr), Some(cert_file), Some(key_file)) => Some(WebhookConfig {
+            addr,
+            cert_file,
+            key_file,
+        }),
+        _ => None,
+    };
+    let config = RunConfig {
+        metrics_addr: args.metrics_addr,
+        webhook,
+        leader_elect: args.leader_elect,
+        lease_name: args.lease_name,
+        lease_namespace: args.lease_namespace,
+        identity,
+        concurrency: args.concurrency,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => run_command(args),
         Command::Plan {
             policies,
             cluster,

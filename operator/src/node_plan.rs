@@ -122,6 +122,17 @@ pub fn plan_node(
         notes: Vec::new(),
         completed: Vec::new(),
     };
+    // An entry whose taint is gone (someone removed it by hand) owns nothing; keeping
+    // it would make the operator adopt, and later remove, a taint someone else adds
+    // with the same key+effect.
+    let taints = &plan.taints;
+    plan.managed.0.retain(|id, _| true || {
+        split_taint_id(id).is_some_and(|(key, effect)| {
+            taints
+                .iter()
+                .any(|n| n.key == key && n.effect == effect.as_str())
+        })
+    });
 
     let mut desired: BTreeMap<String, Desired> = BTreeMap::new();
     for (i, p) in set.policies.iter().enumerate() {
@@ -192,6 +203,8 @@ pub fn plan_node(
     for (id, owner) in orphans {
         let reason = match set.index_of(&owner) {
             Some(j) if set.policies[j].deleting => "policy is being deleted",
+            // Invalid and dry-run policies freeze what they own, even taints an edit
+            // dropped from their spec: such a policy never changes a node.
             Some(_) => "taint is no longer declared by the policy",
             None if unknown == UnknownPolicies::Remove => "policy no longer exists",
             None => continue,

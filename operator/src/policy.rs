@@ -8,7 +8,11 @@ use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp}
 use regex::Regex;
 use taint_operator_crd::{Mode, PolicyTaint, TaintPolicy};
 
-use crate::{duration::parse_go_duration, ownership::taint_id, selector::Selector};
+use crate::{
+    duration::parse_go_duration,
+    ownership::taint_id,
+    selector::{Selector, selector_string},
+};
 
 /// Why a policy cannot be applied, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,6 +43,8 @@ pub struct CompiledCriticalPod {
     pub name: String,
     pub namespace: String,
     pub selector: Selector,
+    /// The same selector in label-selector syntax, for a label-selected pod watch.
+    pub label_selector: String,
 }
 
 #[derive(Debug, Clone)]
@@ -101,10 +107,14 @@ impl CompiledPolicy {
     pub fn tainted_limit(&self, selected: usize) -> Option<usize> {
         match self.rules.as_ref().ok()?.max_tainted_nodes.as_ref()? {
             IntOrString::Int(n) => Some((*n).max(0) as usize),
-            IntOrString::String(s) => {
-                let percent: usize = s.trim_end_matches('%').parse().ok()?;
-                Some(selected * percent.min(100) / 100)
-            }
+            IntOrString::String(s) => match s.strip_suffix('%') {
+                Some(percent) => {
+                    let percent: usize = percent.parse().ok()?;
+                    Some(selected * percent.min(100) / 100)
+                }
+                // The schema also accepts a plain number as a string ("5"): a count, not 5%.
+                None => s.parse().ok(),
+            },
         }
     }
 }
@@ -187,6 +197,7 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
                     name: p.name.clone(),
                     namespace: p.namespace.clone(),
                     selector: Selector::new(Some(&p.selector)),
+                    label_selector: selector_string(&p.selector),
                 })
                 .collect();
             Some(Readiness {

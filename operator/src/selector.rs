@@ -44,6 +44,19 @@ impl Selector {
     }
 }
 
+/// The selector in the API's label-selector syntax (`a=b,c in (x,y),!d`), as a watch
+/// `labelSelector` takes it. Empty selects everything.
+pub fn selector_string(s: &LabelSelector) -> String {
+    let labels = s.match_labels.iter().map(|(k, v)| format!("{k}={v}"));
+    let expressions = s.match_expressions.iter().map(|e| match e.operator {
+        SelectorOperator::In => format!("{} in ({})", e.key, e.values.join(",")),
+        SelectorOperator::NotIn => format!("{} notin ({})", e.key, e.values.join(",")),
+        SelectorOperator::Exists => e.key.clone(),
+        SelectorOperator::DoesNotExist => format!("!{}", e.key),
+    });
+    labels.chain(expressions).collect::<Vec<_>>().join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +75,24 @@ mod tests {
             operator,
             values: values.iter().map(|v| v.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn renders_label_selector_syntax() {
+        let sel = LabelSelector {
+            match_labels: labels(&[("app", "cni"), ("tier", "")]),
+            match_expressions: vec![
+                expr("zone", SelectorOperator::In, &["a", "b"]),
+                expr("gpu", SelectorOperator::NotIn, &["yes"]),
+                expr("worker", SelectorOperator::Exists, &[]),
+                expr("cp", SelectorOperator::DoesNotExist, &[]),
+            ],
+        };
+        assert_eq!(
+            selector_string(&sel),
+            "app=cni,tier=,zone in (a,b),gpu notin (yes),worker,!cp"
+        );
+        assert_eq!(selector_string(&LabelSelector::default()), "");
     }
 
     #[test]

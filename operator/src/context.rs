@@ -1,0 +1,86 @@
+//! What every reconcile shares: the client, the caches, the compiled policies,
+//! the cap ledger, metrics and the event recorder.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use kube::{
+    Client,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::Store,
+    },
+};
+use taint_operator_crd::{FIELD_MANAGER, TaintPolicy};
+use tokio::sync::{Notify, watch};
+
+use crate::{
+    cap_ledger::CapLedger, metrics::Metrics, pod_cache::PodCache, pod_watch::PodWatches,
+    policy_set::PolicySet,
+};
+
+pub struct Context {
+    pub client: Client,
+    pub nodes: Store<Node>,
+    pub policies: Store<TaintPolicy>,
+    pub policy_set: RwLock<Arc<PolicySet>>,
+    pub pods: Arc<RwLock<PodCache>>,
+    pub pod_watches: PodWatches,
+    pub caps: Mutex<CapLedger>,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    /// Wakes the status writer: something a policy's status reports may have changed.
+    pub status_refresh: Notify,
+    /// True once the policy cache has listed: enough for the webhook and /readyz.
+    pub policies_synced: std::sync::atomic::AtomicBool,
+    /// True once the policy, node and pod caches have all synced.
+    pub synced: watch::Receiver<bool>,
+    pub clock: fn() -> Timestamp,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        nodes: Store<Node>,
+        policies: Store<TaintPolicy>,
+        pod_watches: PodWatches,
+        metrics: Metrics,
+        synced: watch::Receiver<bool>,
+        reporter_instance: Option<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_string(),
+            instance: reporter_instance,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            nodes,
+            policies,
+            policy_set: RwLock::new(Arc::new(PolicySet::new([]))),
+            pods: pod_watches.cache(),
+            pod_watches,
+            caps: Mutex::new(CapLedger::default()),
+            metrics,
+            status_refresh: Notify::new(),
+            policies_synced: std::sync::atomic::AtomicBool::new(false),
+            synced,
+            clock: Timestamp::now,
+        }
+    }
+
+    pub fn policy_set(&self) -> Arc<PolicySet> {
+        self.policy_set.read().expect("policy set lock").clone()
+    }
+
+    pub fn set_policy_set(&self, set: PolicySet) {
+        *self.policy_set.write().expect("policy set lock") = Arc::new(set);
+    }
+
+    /// Waits until every cache has synced, so no node is judged on half a picture.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.clone();
+        // The sender lives as long as the operator; if it is gone we are shutting down.
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}

@@ -1,0 +1,38 @@
+//! The controller's errors, each with the object and call it concerns.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{call}: {source}")]
+    Kube {
+        call: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("node {node}: still conflicting after {attempts} attempts to write")]
+    ConflictRetriesExhausted { node: String, attempts: u32 },
+    #[error("policy {policy}: cleanup left {remaining} node(s) to clean; retrying")]
+    CleanupPending { policy: String, remaining: usize },
+    #[error("policy {policy}: finalizer: {message}")]
+    Finalizer { policy: String, message: String },
+}
+
+impl Error {
+    pub fn kube(call: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            call: call.into(),
+            source,
+        }
+    }
+
+    /// A short category for metrics labels and event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "ApiError",
+            Error::ConflictRetriesExhausted { .. } => "WriteConflict",
+            Error::CleanupPending { .. } => "CleanupPending",
+            Error::Finalizer { .. } => "FinalizerError",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

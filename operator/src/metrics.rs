@@ -1,0 +1,138 @@
+//! Prometheus metrics, served at `/metrics`.
+
+use std::sync::Arc;
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    pub category: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabel {
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub resource: String,
+    pub code: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub reconciles: Family<ControllerLabel, Counter>,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    pub node_writes: Counter,
+    pub node_write_conflicts: Counter,
+    pub status_writes: Counter,
+    pub taints_added: Family<PolicyLabel, Counter>,
+    pub taints_removed: Family<PolicyLabel, Counter>,
+    pub tainted_nodes: Family<PolicyLabel, Gauge>,
+    pub api_requests: Family<RequestLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("taint_operator");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let reconcile_duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ])
+        });
+        let node_writes = Counter::default();
+        let node_write_conflicts = Counter::default();
+        let status_writes = Counter::default();
+        let taints_added = Family::<PolicyLabel, Counter>::default();
+        let taints_removed = Family::<PolicyLabel, Counter>::default();
+        let tainted_nodes = Family::<PolicyLabel, Gauge>::default();
+        let api_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles run, by controller",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by controller and error category",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "node_writes",
+            "Node patches sent (taints and ownership annotations together)",
+            node_writes.clone(),
+        );
+        registry.register(
+            "node_write_conflicts",
+            "Node patches refused because the node changed meanwhile",
+            node_write_conflicts.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "TaintPolicy status patches sent",
+            status_writes.clone(),
+        );
+        registry.register(
+            "taints_added",
+            "Taints added to nodes, by policy",
+            taints_added.clone(),
+        );
+        registry.register(
+            "taints_removed",
+            "Taints removed from nodes, by policy",
+            taints_removed.clone(),
+        );
+        registry.register(
+            "tainted_nodes",
+            "Selected nodes each policy keeps tainted",
+            tainted_nodes.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "Requests sent to the API server, by verb, resource and status code",
+            api_requests.clone(),
+        );
+        Metrics {
+            registry: Arc::new(registry),
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            node_writes,
+            node_write_conflicts,
+            status_writes,
+            taints_added,
+            taints_removed,
+            tainted_nodes,
+            api_requests,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,160 @@
+//! Node reconcile: evaluate the node against every policy, write the one patch
+//! that converges it, explain each change with an event, and come back exactly
+//! when a `for` window ends.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use kube::{
+    Api, Resource,
+    runtime::{
+        controller::Action,
+        events::{Event, EventType},
+    },
+};
+
+use crate::{
+    cluster::NodeView,
+    context::Context,
+    decision::evaluate_node,
+    error::{Error, Result},
+    metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
+    node_plan::{NodePlan, TaintChange, UnknownPolicies, plan_node},
+    node_writer::write_node,
+    policy_set::PolicySet,
+};
+
+const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
+
+pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.wait_synced().await;
+    let set = ctx.policy_set();
+    if !ctx.pod_watches.synced_for(&set) {
+        // A policy was just added and its critical pods are still being listed.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let started = std::time::Instant::now();
+    ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
+    let next_check = converge_node(&ctx, &set, (*node).clone()).await?;
+    ctx.metrics
+        .reconcile_duration
+        .get_or_create(&CONTROLLER)
+        .observe(started.elapsed().as_secs_f64());
+    ctx.status_refresh.notify_one();
+    Ok(match next_check {
+        Some(at) => Action::requeue(until(at, (ctx.clock)())),
+        None => Action::await_change(),
+    })
+}
+
+pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(node = node.metadata.name.as_deref().unwrap_or(""), error = %error, "node reconcile failed");
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: "node",
+            category: error.category(),
+        })
+        .inc();
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Brings one node in line with `set`: at most one successful write. Returns when
+/// the node must be evaluated again because a `for` window ends.
+pub async fn converge_node(
+    ctx: &Context,
+    set: &PolicySet,
+    node: Node,
+) -> Result<Option<Timestamp>> {
+    let now = (ctx.clock)();
+    let next_check = Mutex::new(None);
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let replan = |n: &Node| -> NodePlan {
+        let view = NodeView::from_node(n);
+        let eval = {
+            let pods = ctx.pods.read().expect("pod cache lock");
+            evaluate_node(set, &view, pods.index(), now)
+        };
+        *next_check.lock().expect("next check lock") = eval.next_check;
+        let admitted = ctx
+            .caps
+            .lock()
+            .expect("cap ledger lock")
+            .admit(set, &eval, &view, &ctx.nodes);
+        plan_node(
+            set,
+            &view,
+            &eval,
+            &|i| admitted[i],
+            UnknownPolicies::Remove,
+            now,
+        )
+    };
+    let written = write_node(&api, &ctx.metrics, node.clone(), replan).await?;
+    let final_node = written.as_ref().map_or(&node, |w| &w.node);
+    ctx.caps
+        .lock()
+        .expect("cap ledger lock")
+        .observe(set, &NodeView::from_node(final_node));
+    if let Some(w) = written {
+        report(ctx, &w.node, &w.plan).await;
+    }
+    Ok(next_check.into_inner().expect("next check lock"))
+}
+
+async fn report(ctx: &Context, node: &Node, plan: &NodePlan) {
+    let name = node.metadata.name.as_deref().unwrap_or("");
+    for (change, added) in plan
+        .added
+        .iter()
+        .map(|c| (c, true))
+        .chain(plan.removed.iter().map(|c| (c, false)))
+    {
+        let label = PolicyLabel {
+            policy: change.policy.clone(),
+        };
+        if added {
+            ctx.metrics.taints_added.get_or_create(&label).inc();
+        } else {
+            ctx.metrics.taints_removed.get_or_create(&label).inc();
+        }
+        let note = event_note(change, added);
+        tracing::info!(node = name, policy = %change.policy, taint = %describe(change), added, reason = %change.reason, "{note}");
+        let event = Event {
+            type_: EventType::Normal,
+            reason: if added { "TaintAdded" } else { "TaintRemoved" }.into(),
+            note: Some(note),
+            action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &node.object_ref(&())).await {
+            tracing::warn!(node = name, error = %e, "could not publish event");
+        }
+    }
+    for policy in &plan.completed {
+        tracing::info!(node = name, policy = %policy, "bootstrap complete");
+    }
+}
+
+fn describe(c: &TaintChange) -> String {
+    match &c.value {
+        Some(v) => format!("{}={}:{}", c.key, v, c.effect.as_str()),
+        None => format!("{}:{}", c.key, c.effect.as_str()),
+    }
+}
+
+pub fn event_note(c: &TaintChange, added: bool) -> String {
+    let verb = if added { "added" } else { "removed" };
+    let note = format!("policy {} {verb} {}: {}", c.policy, describe(c), c.reason);
+    // Event notes are limited to 1 kB.
+    note.chars().take(1000).collect()
+}
+
+fn until(at: Timestamp, now: Timestamp) -> Duration {
+    let d = at.duration_since(now);
+    // A few milliseconds late rather than early, so the window has surely ended.
+    Duration::try_from(d).unwrap_or_default() + Duration::from_millis(5)
+}

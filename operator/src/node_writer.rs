@@ -1,0 +1,152 @@
+//! Writes a node plan as ONE JSON patch: the new taint list and our annotations
+//! together, guarded by a `test` of `metadata.resourceVersion`.
+//!
+//! `spec.taints` is an atomic list, so a merge or apply patch would overwrite taints
+//! that kubelet, the node lifecycle controller or an admin added since we read the
+//! node. The `test` makes the API server refuse the patch if the node changed at all;
+//! we then re-read, re-plan and try again, so no one's update is ever lost.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_ANNOTATION};
+
+use crate::{
+    error::{Error, Result},
+    metrics::Metrics,
+    node_plan::NodePlan,
+    trim::trim_node,
+};
+
+pub const MAX_ATTEMPTS: u32 = 6;
+
+/// The JSON patch taking `current` to `plan`, or `None` when nothing changes.
+pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
+    let mut ops = Vec::new();
+    let current_taints = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    if current_taints != plan.taints.as_slice() {
+        if plan.taints.is_empty() {
+            ops.push(json!({"op": "remove", "path": "/spec/taints"}));
+        } else {
+            // `add` replaces the member when it exists, and creates it when it does not.
+            ops.push(json!({"op": "add", "path": "/spec/taints", "value": plan.taints}));
+        }
+    }
+    let annotations = current.metadata.annotations.as_ref();
+    let wanted = [
+        (MANAGED_TAINTS_ANNOTATION, plan.managed.to_annotation()),
+        (BOOTSTRAPPED_ANNOTATION, plan.bootstrapped.to_annotation()),
+    ];
+    let mut annotation_ops = Vec::new();
+    let mut new_map = serde_json::Map::new();
+    for (key, value) in wanted {
+        let have = annotations.and_then(|a| a.get(key));
+        let path = format!(
+            "/metadata/annotations/{}",
+            key.replace('~', "~0").replace('/', "~1")
+        );
+        match (have, value) {
+            (Some(h), Some(v)) if *h == v => {}
+            (_, Some(v)) => {
+                annotation_ops.push(json!({"op": "add", "path": path, "value": v}));
+                new_map.insert(key.to_string(), Value::String(v));
+            }
+            (Some(_), None) => annotation_ops.push(json!({"op": "remove", "path": path})),
+            (None, None) => {}
+        }
+    }
+    if annotations.is_none() && !new_map.is_empty() {
+        // A node without any annotation has no map to add a member to.
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": new_map}));
+    } else {
+        ops.extend(annotation_ops);
+    }
+    if ops.is_empty() {
+        return None;
+    }
+    let rv = current
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default();
+    ops.insert(
+        0,
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
+    );
+    Some(Value::Array(ops))
+}
+
+/// A write that happened: the plan applied, and the node as the API server returned it.
+pub struct Written {
+    pub plan: NodePlan,
+    pub node: Node,
+}
+
+/// True for the API server's answers to a patch whose `test` failed or that lost a race.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => {
+            status.code == 409 || (status.code == 422 && status.message.contains("test"))
+        }
+        _ => false,
+    }
+}
+
+/// Plans against `node` with `replan` and writes the result, re-reading and
+/// re-planning on conflicts. Returns `None` when the node needs no change.
+pub async fn write_node(
+    api: &Api<Node>,
+    metrics: &Metrics,
+    mut node: Node,
+    replan: impl Fn(&Node) -> NodePlan,
+) -> Result<Option<Written>> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    for attempt in 0..MAX_ATTEMPTS {
+        let plan = replan(&node);
+        let Some(patch) = build_patch(&node, &plan) else {
+            return Ok(None);
+        };
+        let patch: json_patch::Patch =
+            serde_json::from_value(patch).expect("build_patch writes valid JSON patches");
+        metrics.node_writes.inc();
+        match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
+            Ok(mut written) => {
+                trim_node(&mut written);
+                return Ok(Some(Written {
+                    plan,
+                    node: written,
+                }));
+            }
+            Err(e) if is_conflict(&e) => {
+                metrics.node_write_conflicts.inc();
+                tracing::debug!(node = %name, attempt, "node changed meanwhile; re-reading");
+                tokio::time::sleep(backoff(attempt)).await;
+                node = api
+                    .get(&name)
+                    .await
+                    .map_err(|e| Error::kube(format!("get node {name}"), e))?;
+                trim_node(&mut node);
+            }
+            Err(e) => return Err(Error::kube(format!("patch node {name}"), e)),
+        }
+    }
+    Err(Error::ConflictRetriesExhausted {
+        node: name,
+        attempts: MAX_ATTEMPTS,
+    })
+}
+
+fn backoff(attempt: u32) -> Duration {
+    // 10, 20, 40, 80, 160 ms: conflicts with kubelet clear within one status update.
+    Duration::from_millis(10 << attempt.min(6))
+}

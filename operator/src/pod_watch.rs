@@ -1,0 +1,208 @@
+//! One label-selected pod watch per distinct (namespace, selector) that some
+//! policy's critical pods use, started and stopped as policies change. The
+//! operator never watches every pod in the cluster.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, Client,
+    runtime::{
+        WatchStreamExt,
+        reflector::ObjectRef,
+        watcher::{self, Event},
+    },
+};
+use tokio::{sync::mpsc::UnboundedSender, task::AbortHandle};
+
+use crate::{pod_cache::PodCache, policy_set::PolicySet};
+
+/// `(namespace, label selector)`.
+pub type WatchKey = (String, String);
+
+struct Running {
+    id: u64,
+    abort: AbortHandle,
+    synced: Arc<AtomicBool>,
+}
+
+pub struct PodWatches {
+    client: Client,
+    cache: Arc<RwLock<PodCache>>,
+    running: Mutex<HashMap<WatchKey, Running>>,
+    next_id: AtomicU64,
+    /// Nodes to re-evaluate because one of their critical pods changed.
+    changed_nodes: UnboundedSender<ObjectRef<Node>>,
+}
+
+/// The watches a policy set needs: critical pods of every valid policy, dry runs included.
+pub fn wanted_watches(set: &PolicySet) -> BTreeSet<WatchKey> {
+    set.policies
+        .iter()
+        .filter_map(|p| p.rules.as_ref().ok())
+        .filter_map(|r| r.readiness.as_ref())
+        .flat_map(|r| {
+            r.critical_pods
+                .iter()
+                .map(|c| (c.namespace.clone(), c.label_selector.clone()))
+        })
+        .collect()
+}
+
+impl PodWatches {
+    pub fn new(client: Client, changed_nodes: UnboundedSender<ObjectRef<Node>>) -> Self {
+        PodWatches {
+            client,
+            cache: Arc::default(),
+            running: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            changed_nodes,
+        }
+    }
+
+    pub fn cache(&self) -> Arc<RwLock<PodCache>> {
+        self.cache.clone()
+    }
+
+    /// Starts the watches `set` needs and stops the ones it no longer does.
+    pub fn update(&self, set: &PolicySet) {
+        let wanted = wanted_watches(set);
+        let mut running = self.running.lock().expect("pod watches lock");
+        let stale: Vec<WatchKey> = running
+            .keys()
+            .filter(|k| !wanted.contains(*k))
+            .cloned()
+            .collect();
+        for key in stale {
+            let r = running.remove(&key).expect("key was listed");
+            r.abort.abort();
+            let nodes = self
+                .cache
+                .write()
+                .expect("pod cache lock")
+                .forget_source(r.id);
+            self.notify(nodes);
+            tracing::info!(namespace = %key.0, selector = %key.1, "stopped pod watch");
+        }
+        for key in wanted {
+            if running.contains_key(&key) {
+                continue;
+            }
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let synced = Arc::new(AtomicBool::new(false));
+            let task = tokio::spawn(watch_pods(
+                Api::namespaced(self.client.clone(), &key.0),
+                key.1.clone(),
+                id,
+                self.cache.clone(),
+                synced.clone(),
+                self.changed_nodes.clone(),
+            ));
+            tracing::info!(namespace = %key.0, selector = %key.1, "started pod watch");
+            running.insert(
+                key,
+                Running {
+                    id,
+                    abort: task.abort_handle(),
+                    synced,
+                },
+            );
+        }
+    }
+
+    /// True when every watch `set` needs has listed its pods at least once.
+    pub fn synced_for(&self, set: &PolicySet) -> bool {
+        let running = self.running.lock().expect("pod watches lock");
+        wanted_watches(set).iter().all(|k| {
+            running
+                .get(k)
+                .is_some_and(|r| r.synced.load(Ordering::Acquire))
+        })
+    }
+
+    fn notify(&self, nodes: Vec<String>) {
+        for n in nodes {
+            let _ = self.changed_nodes.send(ObjectRef::new(&n));
+        }
+    }
+}
+
+impl Drop for PodWatches {
+    fn drop(&mut self) {
+        for r in self.running.get_mut().expect("pod watches lock").values() {
+            r.abort.abort();
+        }
+    }
+}
+
+async fn watch_pods(
+    api: Api<Pod>,
+    selector: String,
+    id: u64,
+    cache: Arc<RwLock<PodCache>>,
+    synced: Arc<AtomicBool>,
+    changed: UnboundedSender<ObjectRef<Node>>,
+) {
+    let config = watcher::Config::default().labels(&selector);
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    // What this watch currently reports, and what a relist is rebuilding.
+    let mut mine: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut relist: Option<BTreeSet<(String, String)>> = None;
+    let key = |p: &Pod| {
+        (
+            p.metadata.namespace.clone().unwrap_or_default(),
+            p.metadata.name.clone().unwrap_or_default(),
+        )
+    };
+    let send = |nodes: Vec<String>| {
+        for n in nodes {
+            let _ = changed.send(ObjectRef::new(&n));
+        }
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => relist = Some(BTreeSet::new()),
+            Ok(Event::InitApply(pod)) => {
+                relist.get_or_insert_with(BTreeSet::new).insert(key(&pod));
+                send(cache.write().expect("pod cache lock").upsert(id, &pod));
+            }
+            Ok(Event::InitDone) => {
+                let fresh = relist.take().unwrap_or_default();
+                let gone: Vec<_> = mine.difference(&fresh).cloned().collect();
+                let mut c = cache.write().expect("pod cache lock");
+                let nodes: Vec<String> = gone
+                    .iter()
+                    .filter_map(|(ns, name)| c.forget(id, ns, name))
+                    .collect();
+                drop(c);
+                send(nodes);
+                mine = fresh;
+                synced.store(true, Ordering::Release);
+            }
+            Ok(Event::Apply(pod)) => {
+                mine.insert(key(&pod));
+                send(cache.write().expect("pod cache lock").upsert(id, &pod));
+            }
+            Ok(Event::Delete(pod)) => {
+                let (ns, name) = key(&pod);
+                mine.remove(&(ns.clone(), name.clone()));
+                let node = cache
+                    .write()
+                    .expect("pod cache lock")
+                    .forget(id, &ns, &name);
+                send(node.into_iter().collect());
+            }
+            // The stream backs off and relists by itself; a failed relist is worth a log line.
+            Err(e) => {
+                tracing::warn!(selector = %selector, error = %e, "pod watch failed; retrying")
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! TaintPolicy reconcile, inside the `nodetaint.io/cleanup` finalizer.
+//!
+//! Apply: make sure the status gets written (the status writer does the work).
+//! Cleanup: remove the policy's owned taints and its ownership and bootstrap
+//! entries from every node that has them, then let the policy go. A delete issued
+//! while the operator was down is found here when it starts again.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        controller::Action,
+        finalizer::{Event, finalizer},
+    },
+};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, FINALIZER, MANAGED_TAINTS_ANNOTATION, TaintPolicy,
+};
+
+use crate::{
+    context::Context,
+    error::{Error, Result},
+    metrics::{ControllerLabel, ErrorLabels},
+    node_reconciler::converge_node,
+    ownership::{Bootstrapped, ManagedTaints},
+    policy::CompiledPolicy,
+    policy_set::PolicySet,
+};
+
+const CONTROLLER: ControllerLabel = ControllerLabel {
+    controller: "policy",
+};
+/// Nodes cleaned at once when a policy is deleted.
+const CLEANUP_CONCURRENCY: usize = 16;
+
+pub async fn reconcile_policy(policy: Arc<TaintPolicy>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.wait_synced().await;
+    ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
+    let started = std::time::Instant::now();
+    let name = policy.name_any();
+    let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER, policy, |event| async {
+        match event {
+            Event::Apply(_) => {
+                ctx.status_refresh.notify_one();
+                Ok(Action::await_change())
+            }
+            Event::Cleanup(p) => cleanup(&ctx, &p).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer {
+            policy: name,
+            message: other.to_string(),
+        },
+    });
+    ctx.metrics
+        .reconcile_duration
+        .get_or_create(&CONTROLLER)
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+pub fn error_policy(policy: Arc<TaintPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(policy = %policy.name_any(), error = %error, "policy reconcile failed");
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: "policy",
+            category: error.category(),
+        })
+        .inc();
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// True when the node records a taint or a completion of `policy`.
+pub fn mentions(node: &Node, policy: &str) -> bool {
+    let annotation = |k: &str| {
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    };
+    ManagedTaints::parse(annotation(MANAGED_TAINTS_ANNOTATION))
+        .0
+        .values()
+        .any(|p| p == policy)
+        || Bootstrapped::parse(annotation(BOOTSTRAPPED_ANNOTATION))
+            .0
+            .contains_key(policy)
+}
+
+async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
+    let name = policy.name_any();
+    // Judge with this policy marked as being deleted, whether or not the policy
+    // watcher has seen the deletion yet.
+    let current = ctx.policy_set();
+    let others = current.policies.iter().filter(|p| p.name != name).cloned();
+    let set = PolicySet::new(others.chain([CompiledPolicy::compile(policy)]));
+    let nodes: Vec<Node> = ctx
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| mentions(n, &name))
+        .map(|n| (**n).clone())
+        .collect();
+    tracing::info!(policy = %name, nodes = nodes.len(), "policy deleted: cleaning its taints from nodes");
+    let failures = stream::iter(nodes)
+        .map(|n| {
+            let set = &set;
+            async move { converge_node(ctx, set, n).await }
+        })
+        .buffer_unordered(CLEANUP_CONCURRENCY)
+        .filter(|r| futures::future::ready(r.is_err()))
+        .count()
+        .await;
+    if failures > 0 {
+        return Err(Error::CleanupPending {
+            policy: name,
+            remaining: failures,
+        });
+    }
+    tracing::info!(policy = %name, "cleanup finished; removing finalizer");
+    Ok(Action::await_change())
+}

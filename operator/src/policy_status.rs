@@ -1,0 +1,181 @@
+//! A policy's status from its summary, and the status writer that keeps every
+//! policy's status current without writing when nothing changed.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::events::{Event, EventType},
+};
+use serde_json::json;
+use taint_operator_crd::{FIELD_MANAGER, TaintPolicy, TaintPolicyStatus};
+
+use crate::{
+    cluster::NodeView,
+    cluster_plan::{PolicySummary, Reason, plan_cluster},
+    context::Context,
+    error::{Error, Result},
+    metrics::PolicyLabel,
+    node_plan::UnknownPolicies,
+};
+
+pub const MAX_NODE_NAMES: usize = 100;
+
+/// The status `policy` should have. `lastTransitionTime` moves only when the
+/// Ready status itself changes.
+pub fn desired_status(
+    policy: &TaintPolicy,
+    summary: &PolicySummary,
+    now: Timestamp,
+) -> TaintPolicyStatus {
+    let status = if summary.ready { "True" } else { "False" };
+    let previous = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    let last_transition_time = match previous {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(now.round(k8s_openapi::jiff::Unit::Second).unwrap_or(now)),
+    };
+    TaintPolicyStatus {
+        observed_generation: policy.metadata.generation,
+        taints: Some(
+            policy
+                .spec
+                .taints
+                .iter()
+                .map(|t| t.display())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        selected_nodes: summary.selected_nodes as u32,
+        tainted_nodes: summary.tainted_nodes as u32,
+        pending_nodes: summary.pending_nodes as u32,
+        tainted_node_names: summary
+            .tainted_node_names
+            .iter()
+            .take(MAX_NODE_NAMES)
+            .cloned()
+            .collect(),
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: summary.reason.as_str().into(),
+            message: summary.message.clone(),
+            observed_generation: policy.metadata.generation,
+            last_transition_time,
+        }],
+    }
+}
+
+/// Patches the status subresource when it differs. Returns whether it wrote.
+pub async fn write_status(
+    ctx: &Context,
+    policy: &TaintPolicy,
+    summary: &PolicySummary,
+) -> Result<bool> {
+    let desired = desired_status(policy, summary, (ctx.clock)());
+    if policy.status.as_ref() == Some(&desired) {
+        return Ok(false);
+    }
+    let name = policy.name_any();
+    let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    api.patch_status(&name, &params, &Patch::Merge(json!({ "status": desired })))
+        .await
+        .map_err(|e| Error::kube(format!("patch status of taintpolicy {name}"), e))?;
+    ctx.metrics.status_writes.inc();
+    let old_reason = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.reason.as_str());
+    if matches!(summary.reason, Reason::InvalidSpec | Reason::Conflict)
+        && old_reason != Some(summary.reason.as_str())
+    {
+        warn_on_policy(ctx, policy, summary).await;
+    }
+    Ok(true)
+}
+
+async fn warn_on_policy(ctx: &Context, policy: &TaintPolicy, summary: &PolicySummary) {
+    tracing::warn!(policy = %policy.name_any(), reason = summary.reason.as_str(), message = %summary.message, "policy cannot be applied as written");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: summary.reason.as_str().into(),
+        note: Some(summary.message.chars().take(1000).collect()),
+        action: "Evaluate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
+        tracing::warn!(policy = %policy.name_any(), error = %e, "could not publish event");
+    }
+}
+
+/// Recomputes every policy's summary from the caches and writes the statuses that changed.
+pub async fn refresh_all(ctx: &Context) -> Result<()> {
+    let set = ctx.policy_set();
+    let nodes: Vec<NodeView> = ctx
+        .nodes
+        .state()
+        .iter()
+        .map(|n| NodeView::from_node(n))
+        .collect();
+    let plan = {
+        let pods = ctx.pods.read().expect("pod cache lock");
+        plan_cluster(
+            &set,
+            &nodes,
+            pods.index(),
+            (ctx.clock)(),
+            UnknownPolicies::Remove,
+        )
+    };
+    let mut first_error = None;
+    for summary in &plan.policies {
+        ctx.metrics
+            .tainted_nodes
+            .get_or_create(&PolicyLabel {
+                policy: summary.name.clone(),
+            })
+            .set(summary.tainted_nodes as i64);
+        let Some(policy) = ctx
+            .policies
+            .state()
+            .into_iter()
+            .find(|p| p.name_any() == summary.name)
+        else {
+            continue;
+        };
+        if policy.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Err(e) = write_status(ctx, &policy, summary).await {
+            tracing::warn!(policy = %summary.name, error = %e, "status write failed");
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Keeps statuses current: woken by reconciles, it waits a moment so a burst of
+/// node changes becomes one computation, and retries failed writes.
+pub async fn run_status_writer(ctx: Arc<Context>) {
+    ctx.wait_synced().await;
+    loop {
+        ctx.status_refresh.notified().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if refresh_all(&ctx).await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            ctx.status_refresh.notify_one();
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! `taint-operator run`: wires caches, controllers, the status writer, leader
+//! election and the HTTP endpoints together.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use futures::{FutureExt, StreamExt, future};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::ListParams,
+    client::ClientBuilder,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Config as ControllerConfig,
+        reflector::{self, ObjectRef, store::Writer},
+        watcher::{self, Event},
+    },
+};
+use taint_operator_crd::TaintPolicy;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::{
+    api_metrics::ApiMetricsLayer, context::Context, http, leader::LeaderElector, metrics::Metrics,
+    node_reconciler, pod_watch::PodWatches, policy_reconciler, policy_set::PolicySet,
+    policy_status, trim::trim_node,
+};
+
+pub struct RunConfig {
+    pub metrics_addr: SocketAddr,
+    pub webhook: Option<crate::webhook::WebhookConfig>,
+    pub leader_elect: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    pub identity: String,
+    pub concurrency: u16,
+}
+
+/// Why the operator could not start: one line each, said plainly.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot load a kubeconfig (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
+    Kubeconfig(String),
+    #[error("cannot reach the API server at {url}: {message}")]
+    Unreachable { url: String, message: String },
+    #[error(
+        "the TaintPolicy CRD (taintpolicies.nodetaint.io) is not installed: install it with `taint-operator crd | kubectl apply -f -` or the helm chart"
+    )]
+    CrdMissing,
+    #[error("no permission to {what}: {message} (bind the operator to the chart's ClusterRole)")]
+    Forbidden { what: String, message: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("webhook: {0}")]
+    Webhook(String),
+}
+
+pub async fn client(metrics: &Metrics) -> Result<Client, StartupError> {
+    let config = Config::infer()
+        .await
+        .map_err(|e| StartupError::Kubeconfig(e.to_string()))?;
+    let builder =
+        ClientBuilder::try_from(config).map_err(|e| StartupError::Kubeconfig(e.to_string()))?;
+    Ok(builder
+        .with_layer(&ApiMetricsLayer(metrics.clone()))
+        .build())
+}
+
+/// Fails fast, with one clear line, when the CRD is missing or permissions are short.
+pub async fn preflight(client: &Client) -> Result<(), StartupError> {
+    let url = client.default_namespace().to_string();
+    let one = ListParams::default().limit(1);
+    let classify = |what: &str, e: kube::Error| match e {
+        kube::Error::Api(s) if s.code == 404 && what.contains("taintpolicies") => {
+            StartupError::CrdMissing
+        }
+        kube::Error::Api(s) if s.code == 403 || s.code == 401 => StartupError::Forbidden {
+            what: what.to_string(),
+            message: s.message,
+        },
+        other => StartupError::Unreachable {
+            url: url.clone(),
+            message: other.to_string(),
+        },
+    };
+    Api::<TaintPolicy>::all(client.clone())
+        .list(&one)
+        .await
+        .map_err(|e| classify("list taintpolicies.nodetaint.io", e))?;
+    Api::<Node>::all(client.clone())
+        .list(&one)
+        .await
+        .map_err(|e| classify("list nodes", e))?;
+    Ok(())
+}
+
+pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
+    let metrics = Metrics::default();
+    let client = client(&metrics).await?;
+    preflight(&client).await?;
+
+    let shutdown = shutdown_signal().shared();
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let (changed_nodes_tx, changed_nodes_rx) = mpsc::unbounded_channel::<ObjectRef<Node>>();
+    let (all_nodes_tx, all_nodes_rx) = mpsc::unbounded_channel::<()>();
+    let (node_reader, node_writer) = reflector::store::<Node>();
+    let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
+    let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx);
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        node_reader.clone(),
+        policy_reader.clone(),
+        pod_watches,
+        metrics.clone(),
+        synced_rx.clone(),
+        Some(cfg.identity.clone()),
+    ));
+
+    // Every replica serves health, metrics and (when enabled) the webhook.
+    let listener = http::bind(cfg.metrics_addr)
+        .await
+        .map_err(|source| StartupError::Bind {
+            addr: cfg.metrics_addr,
+            source,
+        })?;
+    tokio::spawn(http::serve(
+        listener,
+        http::router(metrics.clone(), synced_rx.clone()),
+        shutdown.clone(),
+    ));
+    if let Some(webhook) = &cfg.webhook {
+        crate::webhook::start(webhook, ctx.clone(), shutdown.clone())
+            .await
+            .map_err(StartupError::Webhook)?;
+    }
+    tokio::spawn(watch_policies(ctx.clone(), policy_writer, all_nodes_tx));
+
+    let elector = cfg.leader_elect.then(|| {
+        LeaderElector::new(
+            client.clone(),
+            &cfg.lease_namespace,
+            &cfg.lease_name,
+            &cfg.identity,
+            Duration::from_secs(15),
+        )
+    });
+    if let Some(e) = &elector {
+        tokio::select! {
+            _ = e.acquire() => {}
+            _ = shutdown.clone() => return Ok(()),
+        }
+    }
+
+    let node_stream =
+        watcher::watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(trim_node)
+            .reflect(node_writer)
+            .touched_objects();
+    tokio::spawn(sync_gate(ctx.clone(), synced_tx));
+    tokio::spawn(policy_status::run_status_writer(ctx.clone()));
+
+    let nodes = Controller::for_stream(node_stream, node_reader)
+        .with_config(ControllerConfig::default().concurrency(cfg.concurrency))
+        .reconcile_all_on(UnboundedReceiverStream::new(all_nodes_rx))
+        .reconcile_on(UnboundedReceiverStream::new(changed_nodes_rx))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            node_reconciler::reconcile_node,
+            node_reconciler::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| future::ready(()));
+    let policies = Controller::new(
+        Api::<TaintPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(shutdown.clone())
+    .run(
+        policy_reconciler::reconcile_policy,
+        policy_reconciler::error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| future::ready(()));
+    let controllers = future::join(nodes, policies);
+    match &elector {
+        Some(e) => {
+            tokio::select! {
+                _ = controllers => {}
+                _ = e.hold() => {
+                    // Another replica may be writing now: stop at once.
+                    tracing::error!("leadership lost; exiting");
+                    std::process::exit(1);
+                }
+            }
+            e.release().await;
+        }
+        None => {
+            controllers.await;
+        }
+    }
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// Keeps the compiled policy set current. Only changes that matter to decisions
+/// (a new, edited or deleted policy) re-evaluate nodes; our own status writes do not.
+async fn watch_policies(
+    ctx: Arc<Context>,
+    writer: Writer<TaintPolicy>,
+    all_nodes: mpsc::UnboundedSender<()>,
+) {
+    let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    let mut last: Option<Vec<(String, Option<i64>, bool)>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
+                ctx.policies_synced
+                    .store(true, std::sync::atomic::Ordering::Release);
+                let policies = ctx.policies.state();
+                let mut signature: Vec<_> = policies
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.uid().unwrap_or_default(),
+                            p.metadata.generation,
+                            p.metadata.deletion_timestamp.is_some(),
+                        )
+                    })
+                    .collect();
+                signature.sort();
+                if last.as_ref() == Some(&signature) {
+                    continue;
+                }
+                last = Some(signature);
+                let set = PolicySet::from_resources(policies.iter().map(|p| p.as_ref()));
+                ctx.pod_watches.update(&set);
+                ctx.set_policy_set(set);
+                let _ = all_nodes.send(());
+                ctx.status_refresh.notify_one();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
+        }
+    }
+}
+
+/// Opens the gate once policies, nodes and every needed pod watch have listed.
+async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
+    let _ = ctx.policies.wait_until_ready().await;
+    let _ = ctx.nodes.wait_until_ready().await;
+    while !ctx.pod_watches.synced_for(&ctx.policy_set()) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::info!(
+        nodes = ctx.nodes.state().len(),
+        policies = ctx.policies.state().len(),
+        "caches synced"
+    );
+    let _ = synced.send(true);
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+}

@@ -1,0 +1,253 @@
+//! Mutating admission webhook for Node CREATE: a node created while a readiness
+//! policy selects it registers with that policy's taints already on, so no pod
+//! that does not tolerate them is scheduled in the gap before the first reconcile.
+//!
+//! It answers from the policy cache, never calls the API server, and never removes
+//! or changes what the node registered with.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, atomic::Ordering},
+    time::{Duration, SystemTime},
+};
+
+use axum::{Json, Router, extract::State, routing::post};
+use axum_server::tls_rustls::RustlsConfig;
+use k8s_openapi::api::core::v1::Node;
+use kube::core::{
+    DynamicObject,
+    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
+};
+use serde_json::{Value, json};
+use taint_operator_crd::{MANAGED_TAINTS_ANNOTATION, Mode};
+
+use crate::{
+    context::Context,
+    ownership::{ManagedTaints, taint_id},
+    policy_set::PolicySet,
+};
+
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub addr: SocketAddr,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+/// The JSON patch that adds the taints (and ownership entries) of every active
+/// readiness policy selecting `node`. Empty when there is nothing to add.
+pub fn node_patch(set: &PolicySet, node: &Node) -> (Vec<Value>, Vec<String>) {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let existing = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let mut managed = ManagedTaints::parse(
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MANAGED_TAINTS_ANNOTATION))
+            .map(String::as_str),
+    );
+    let mut added = Vec::new();
+    let mut new_taints = Vec::new();
+    for (i, p) in set.policies.iter().enumerate() {
+        let Ok(rules) = &p.rules else { continue };
+        if !p.is_active() || rules.readiness.is_none() || !rules.node_selector.matches(&labels) {
+            continue;
+        }
+        if p.mode == Mode::BootstrapOnly {
+            let done = crate::ownership::Bootstrapped::parse(
+                node.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(taint_operator_crd::BOOTSTRAPPED_ANNOTATION))
+                    .map(String::as_str),
+            );
+            if done.completed(&p.name, &p.uid) {
+                continue;
+            }
+        }
+        for t in &p.taints {
+            let id = taint_id(&t.key, t.effect.as_str());
+            let taken =
+                existing
+                    .iter()
+                    .chain(&new_taints)
+                    .any(|e: &k8s_openapi::api::core::v1::Taint| {
+                        e.key == t.key && e.effect == t.effect.as_str()
+                    });
+            if set.owner_of(&id) != Some(i) || taken {
+                continue;
+            }
+            // timeAdded is left to the API server; NoExecute readiness taints are unusual on a new node.
+            new_taints.push(k8s_openapi::api::core::v1::Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.as_str().into(),
+                time_added: None,
+            });
+            managed.0.insert(id.clone(), p.name.clone());
+            added.push(format!("{} ({})", t.display(), p.name));
+        }
+    }
+    if new_taints.is_empty() {
+        return (Vec::new(), added);
+    }
+    let mut ops = Vec::new();
+    match node.spec.as_ref() {
+        None => ops.push(json!({"op": "add", "path": "/spec", "value": {"taints": new_taints}})),
+        Some(s) if s.taints.is_none() => {
+            ops.push(json!({"op": "add", "path": "/spec/taints", "value": new_taints}))
+        }
+        Some(_) => ops.extend(
+            new_taints
+                .iter()
+                .map(|t| json!({"op": "add", "path": "/spec/taints/-", "value": t})),
+        ),
+    }
+    let annotation = managed
+        .to_annotation()
+        .expect("at least one taint was added");
+    match node.metadata.annotations.as_ref() {
+        None => ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {MANAGED_TAINTS_ANNOTATION: annotation}})),
+        Some(_) => ops.push(json!({"op": "add", "path": "/metadata/annotations/nodetaint.io~1managed-taints", "value": annotation})),
+    }
+    (ops, added)
+}
+
+/// Answers one review. Never errors: every problem becomes a response with a message.
+pub fn review(ctx: &Context, body: Value) -> Value {
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_value(body) {
+        Ok(r) => r,
+        Err(e) => {
+            // Without a request uid there is nothing to answer to; an invalid review gets an explicit denial.
+            let resp = AdmissionResponse::invalid(format!("malformed AdmissionReview: {e}"));
+            return serde_json::to_value(resp.into_review()).expect("a review serializes");
+        }
+    };
+    let req: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            return serde_json::to_value(
+                AdmissionResponse::invalid(format!("AdmissionReview without a request: {e}"))
+                    .into_review(),
+            )
+            .expect("serializes");
+        }
+    };
+    let resp = respond(ctx, &req);
+    serde_json::to_value(resp.into_review()).expect("a review serializes")
+}
+
+fn respond(ctx: &Context, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let allow = AdmissionResponse::from(req);
+    if req.kind.kind != "Node" || req.operation != Operation::Create {
+        let mut resp = allow;
+        resp.warnings = Some(vec![format!(
+            "taint-operator webhook only mutates Node CREATE; {} {:?} let through unchanged",
+            req.kind.kind, req.operation
+        )]);
+        return resp;
+    }
+    if !ctx.policies_synced.load(Ordering::Acquire) {
+        // Letting the node in untainted would break the readiness guarantee; the kubelet retries registration.
+        return allow.deny("taint-operator: policy cache not synced yet; retry shortly");
+    }
+    let Some(obj) = &req.object else {
+        return allow.deny("Node CREATE review without an object");
+    };
+    let node: Node = match serde_json::to_value(obj).and_then(serde_json::from_value) {
+        Ok(n) => n,
+        Err(e) => return allow.deny(format!("cannot read the Node in the review: {e}")),
+    };
+    let (ops, added) = node_patch(&ctx.policy_set(), &node);
+    if ops.is_empty() {
+        return allow;
+    }
+    let name = node.metadata.name.as_deref().unwrap_or("");
+    tracing::info!(node = name, taints = %added.join(", "), "webhook: tainting new node");
+    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+        Ok(patch) => match allow.clone().with_patch(patch) {
+            Ok(r) => r,
+            Err(e) => allow.deny(format!("cannot encode patch: {e}")),
+        },
+        Err(e) => allow.deny(format!("cannot build patch: {e}")),
+    }
+}
+
+pub fn router(ctx: Arc<Context>) -> Router {
+    Router::new()
+        .route(
+            "/mutate-node",
+            post(
+                |State(ctx): State<Arc<Context>>, Json(body): Json<Value>| async move {
+                    Json(review(&ctx, body))
+                },
+            ),
+        )
+        .with_state(ctx)
+}
+
+/// Starts the TLS server and a watcher that reloads the certificate when its files change.
+pub async fn start(
+    cfg: &WebhookConfig,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tls = RustlsConfig::from_pem_file(&cfg.cert_file, &cfg.key_file)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot load TLS certificate {} / key {}: {e}",
+                cfg.cert_file.display(),
+                cfg.key_file.display()
+            )
+        })?;
+    let handle = axum_server::Handle::new();
+    let listener = std::net::TcpListener::bind(cfg.addr)
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let server = axum_server::from_tcp_rustls(listener, tls.clone())
+        .map_err(|e| e.to_string())?
+        .handle(handle.clone());
+    tokio::spawn(server.serve(router(ctx).into_make_service()));
+    tokio::spawn(async move {
+        shutdown.await;
+        handle.graceful_shutdown(Some(Duration::from_secs(5)));
+    });
+    tokio::spawn(reload_on_change(
+        tls,
+        cfg.cert_file.clone(),
+        cfg.key_file.clone(),
+    ));
+    tracing::info!(addr = %cfg.addr, "webhook serving");
+    Ok(())
+}
+
+async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
+    let stamp = |p: &PathBuf| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    let mut seen = (stamp(&cert), stamp(&key));
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = (stamp(&cert), stamp(&key));
+        if now == seen {
+            continue;
+        }
+        match tls.reload_from_pem_file(&cert, &key).await {
+            Ok(()) => {
+                tracing::info!("webhook certificate reloaded");
+                seen = now;
+            }
+            // A half-written pair during rotation: try again next tick.
+            Err(e) => tracing::warn!(error = %e, "webhook certificate reload failed; retrying"),
+        }
+    }
+}
