@@ -177,7 +177,7 @@ start_etcd() {
       continue
     fi
     tail -n 20 "$dir/etcd.log" >&2
-    die "etcd did not become healthy (log: $dir/etcd.log)"
+    die "etcd did not become healthy or exited (log: $dir/etcd.log)"
   done
   die "etcd could not bind a free port"
 }
@@ -213,39 +213,59 @@ start_apiserver() {
     local deadline=$((SECONDS + START_TIMEOUT))
     while ((SECONDS < deadline)); do
       if ! pid_alive "$pid"; then break; fi
-      if [[ $(kubectl --kubeconfig="$dir/admin.kubeconfig" get --raw=/readyz --request-timeout=5s 2>/dev/null) == ok ]]; then
+      # lost a race for the port: retry at once instead of probing a foreign listener
+      if grep -q 'address already in use' "$dir/kube-apiserver.log"; then break; fi
+      if [[ $(curl -sS --max-time 3 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+        "$APISERVER_URL/readyz" 2>/dev/null) == ok ]]; then
         return 0
       fi
       sleep 0.5
     done
-    if pid_alive "$pid"; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    local timed_out=0
+    if pid_alive "$pid"; then timed_out=1; kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
     if grep -q 'address already in use' "$dir/kube-apiserver.log"; then
       log "kube-apiserver port clash (attempt $attempt), retrying"
       continue
     fi
     tail -n 30 "$dir/kube-apiserver.log" >&2
-    die "kube-apiserver not ready within ${START_TIMEOUT}s (log: $dir/kube-apiserver.log)"
+    if ((timed_out)); then
+      die "kube-apiserver not ready within ${START_TIMEOUT}s (log: $dir/kube-apiserver.log)"
+    fi
+    die "kube-apiserver exited during startup (log: $dir/kube-apiserver.log)"
   done
   die "kube-apiserver could not bind a free port"
 }
 
-stop_pidfile() { # FILE
-  local f=$1 pid
-  [[ -f $f ]] || return 0
-  pid=$(cat "$f" 2>/dev/null || true)
-  if pid_alive "$pid"; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      pid_alive "$pid" || break
-      sleep 0.1
-    done
-    if pid_alive "$pid"; then
-      log "$(basename "$f" .pid) (pid $pid) ignored SIGTERM, sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do pid_alive "$pid" || break; sleep 0.1; done
-    fi
+# PID from DIR/NAME.pid if that process is still ours (its command line mentions
+# DIR), so a stale pid file never makes us signal an unrelated process.
+our_pid() { # DIR NAME
+  local pid
+  pid=$(cat "$1/$2.pid" 2>/dev/null || true)
+  [[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" || return 0
+  if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$1/"; then
+    echo "$pid"
   fi
-  rm -f "$f"
+}
+
+stop_processes() { # DIR
+  # kube-apiserver first: it hangs in shutdown if etcd is already gone
+  local dir=$1 name pid
+  for name in kube-apiserver etcd; do
+    pid=$(our_pid "$dir" "$name")
+    if [[ -n $pid ]]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 150); do
+        pid_alive "$pid" || break
+        sleep 0.1
+      done
+      if pid_alive "$pid"; then
+        log "$name (pid $pid) ignored SIGTERM for 15s, sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do pid_alive "$pid" || break; sleep 0.1; done
+      fi
+    fi
+    rm -f "$dir/$name.pid"
+  done
 }
 
 # ---------------------------------------------------------------- RBAC
@@ -315,8 +335,7 @@ on_start_exit() {
   local rc=$?
   if ((rc != 0)); then
     log "start failed; logs kept in $START_DIR"
-    stop_pidfile "$START_DIR/kube-apiserver.pid"
-    stop_pidfile "$START_DIR/etcd.pid"
+    stop_processes "$START_DIR"
   fi
 }
 
@@ -325,7 +344,7 @@ cmd_start() {
   check_binaries
   need_tool openssl "certificate generation"
   need_tool kubectl "readiness checks and RBAC"
-  need_tool curl "etcd health check"
+  need_tool curl "health checks"
   if [[ -e $dir && -n $(ls -A "$dir" 2>/dev/null) ]]; then
     die "$dir exists and is not empty; stop it first ('$0 stop $dir') or pick another DIR"
   fi
@@ -376,8 +395,8 @@ cmd_stop() {
     log "$dir does not exist; nothing to stop"
     return 0
   fi
-  stop_pidfile "$dir/kube-apiserver.pid"
-  stop_pidfile "$dir/etcd.pid"
+  dir=$(cd "$dir" && pwd)
+  stop_processes "$dir"
   if [[ ${KEEP:-0} == 1 ]]; then
     log "stopped; KEEP=1, leaving $dir"
   elif [[ -f $dir/$MARKER ]]; then

@@ -33,6 +33,8 @@ pub struct Context {
     pub status_refresh: Notify,
     /// True once the policy cache has listed: enough for the webhook and /readyz.
     pub policies_synced: std::sync::atomic::AtomicBool,
+    /// True once the node cache has listed.
+    pub nodes_synced: std::sync::atomic::AtomicBool,
     /// True once the policy, node and pod caches have all synced.
     pub synced: watch::Receiver<bool>,
     pub clock: fn() -> Timestamp,
@@ -64,6 +66,7 @@ impl Context {
             metrics,
             status_refresh: Notify::new(),
             policies_synced: std::sync::atomic::AtomicBool::new(false),
+            nodes_synced: std::sync::atomic::AtomicBool::new(false),
             synced,
             clock: Timestamp::now,
         }

@@ -154,12 +154,16 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         }
     }
 
-    let node_stream =
-        watcher::watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .modify(trim_node)
-            .reflect(node_writer)
-            .touched_objects();
+    // The node reflector runs in its own task: the controller holds its runner until
+    // the store is ready, and would otherwise not poll the very stream that fills it.
+    let (node_events_tx, node_events_rx) = mpsc::unbounded_channel();
+    tokio::spawn(drive_nodes(
+        ctx.clone(),
+        Api::<Node>::all(client.clone()),
+        node_writer,
+        node_events_tx,
+    ));
+    let node_stream = UnboundedReceiverStream::new(node_events_rx);
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
     tokio::spawn(policy_status::run_status_writer(ctx.clone()));
 
@@ -204,6 +208,39 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     }
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Fills the node cache (trimmed), forwards every touched node to the controller,
+/// and records when the first full list is in.
+async fn drive_nodes(
+    ctx: Arc<Context>,
+    api: Api<Node>,
+    writer: Writer<Node>,
+    touched: mpsc::UnboundedSender<Result<Node, watcher::Error>>,
+) {
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim_node)
+        .reflect(writer)
+        .boxed();
+    while let Some(event) = stream.next().await {
+        let forward = match event {
+            Ok(Event::Apply(n) | Event::InitApply(n) | Event::Delete(n)) => Ok(n),
+            Ok(Event::InitDone) => {
+                ctx.nodes_synced
+                    .store(true, std::sync::atomic::Ordering::Release);
+                continue;
+            }
+            Ok(Event::Init) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "node watch failed; retrying");
+                Err(e)
+            }
+        };
+        if touched.send(forward).is_err() {
+            return;
+        }
+    }
 }
 
 /// Keeps the compiled policy set current. Only changes that matter to decisions
@@ -253,11 +290,15 @@ async fn watch_policies(
 }
 
 /// Opens the gate once policies, nodes and every needed pod watch have listed.
+/// (It reads flags set by our own watch tasks rather than awaiting the stores:
+/// a store's readiness wakes only one waiter, and the controller is already one.)
 async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
-    let _ = ctx.policies.wait_until_ready().await;
-    let _ = ctx.nodes.wait_until_ready().await;
-    while !ctx.pod_watches.synced_for(&ctx.policy_set()) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    use std::sync::atomic::Ordering::Acquire;
+    while !(ctx.policies_synced.load(Acquire)
+        && ctx.nodes_synced.load(Acquire)
+        && ctx.pod_watches.synced_for(&ctx.policy_set()))
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::info!(
         nodes = ctx.nodes.state().len(),
