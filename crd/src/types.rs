@@ -262,11 +262,14 @@ pub struct TaintPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taints: Option<String>,
     #[serde(default)]
-    pub selected_nodes: u32,
+    #[schemars(range(min = 0))]
+    pub selected_nodes: i32,
     #[serde(default)]
-    pub tainted_nodes: u32,
+    #[schemars(range(min = 0))]
+    pub tainted_nodes: i32,
     #[serde(default)]
-    pub pending_nodes: u32,
+    #[schemars(range(min = 0))]
+    pub pending_nodes: i32,
     /// Sorted, at most 100.
     #[serde(default)]
     pub tainted_node_names: Vec<String>,

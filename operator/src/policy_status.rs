@@ -53,9 +53,9 @@ pub fn desired_status(
                 .collect::<Vec<_>>()
                 .join(","),
         ),
-        selected_nodes: summary.selected_nodes as u32,
-        tainted_nodes: summary.tainted_nodes as u32,
-        pending_nodes: summary.pending_nodes as u32,
+        selected_nodes: summary.selected_nodes as i32,
+        tainted_nodes: summary.tainted_nodes as i32,
+        pending_nodes: summary.pending_nodes as i32,
         tainted_node_names: summary
             .tainted_node_names
             .iter()
