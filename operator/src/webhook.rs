@@ -118,8 +118,9 @@ pub fn node_patch(set: &PolicySet, node: &Node) -> (Vec<Value>, Vec<String>) {
     (ops, added)
 }
 
-/// Answers one review. Never errors: every problem becomes a response with a message.
-pub fn review(ctx: &Context, body: Value) -> Value {
+/// Answers one review from the policy cache. Never errors: every problem becomes a
+/// response with a message. `synced` says whether the policy cache has listed.
+pub fn review(synced: bool, set: &PolicySet, body: Value) -> Value {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_value(body) {
         Ok(r) => r,
         Err(e) => {
@@ -138,11 +139,15 @@ pub fn review(ctx: &Context, body: Value) -> Value {
             .expect("serializes");
         }
     };
-    let resp = respond(ctx, &req);
+    let resp = respond(synced, set, &req);
     serde_json::to_value(resp.into_review()).expect("a review serializes")
 }
 
-fn respond(ctx: &Context, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+fn respond(
+    synced: bool,
+    set: &PolicySet,
+    req: &AdmissionRequest<DynamicObject>,
+) -> AdmissionResponse {
     let allow = AdmissionResponse::from(req);
     if req.kind.kind != "Node" || req.operation != Operation::Create {
         let mut resp = allow;
@@ -152,7 +157,7 @@ fn respond(ctx: &Context, req: &AdmissionRequest<DynamicObject>) -> AdmissionRes
         )]);
         return resp;
     }
-    if !ctx.policies_synced.load(Ordering::Acquire) {
+    if !synced {
         // Letting the node in untainted would break the readiness guarantee; the kubelet retries registration.
         return allow.deny("taint-operator: policy cache not synced yet; retry shortly");
     }
@@ -163,7 +168,7 @@ fn respond(ctx: &Context, req: &AdmissionRequest<DynamicObject>) -> AdmissionRes
         Ok(n) => n,
         Err(e) => return allow.deny(format!("cannot read the Node in the review: {e}")),
     };
-    let (ops, added) = node_patch(&ctx.policy_set(), &node);
+    let (ops, added) = node_patch(set, &node);
     if ops.is_empty() {
         return allow;
     }
@@ -184,7 +189,11 @@ pub fn router(ctx: Arc<Context>) -> Router {
             "/mutate-node",
             post(
                 |State(ctx): State<Arc<Context>>, Json(body): Json<Value>| async move {
-                    Json(review(&ctx, body))
+                    Json(review(
+                        ctx.policies_synced.load(Ordering::Acquire),
+                        &ctx.policy_set(),
+                        body,
+                    ))
                 },
             ),
         )
@@ -249,5 +258,292 @@ async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
             // A half-written pair during rotation: try again next tick.
             Err(e) => tracing::warn!(error = %e, "webhook certificate reload failed; retrying"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::{
+        api::core::v1::{NodeSpec, Taint},
+        apimachinery::pkg::apis::meta::v1::Time,
+    };
+    use kube::api::ObjectMeta;
+    use taint_operator_crd::{TaintPolicy, TaintPolicySpec};
+
+    fn policy(name: &str, created: &str, spec: Value) -> TaintPolicy {
+        let spec: TaintPolicySpec = serde_json::from_value(spec).unwrap();
+        let mut p = TaintPolicy::new(name, spec);
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.metadata.creation_timestamp = Some(Time(created.parse().unwrap()));
+        p
+    }
+
+    fn readiness(key: &str, extra: Value) -> Value {
+        let mut spec = json!({
+            "taints": [{"key": key, "effect": "NoSchedule"}],
+            "readiness": {"conditions": [{"type": "example.net/NetworkReady", "status": "True"}]},
+            "nodeSelector": {"matchLabels": {"pool": "a"}}
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        spec
+    }
+
+    fn node(
+        labels: &[(&str, &str)],
+        taints: Option<Vec<Taint>>,
+        annotations: Option<Vec<(&str, &str)>>,
+    ) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("new-node".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                annotations: annotations.map(|a| {
+                    a.into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                taints,
+                ..NodeSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            effect: effect.into(),
+            value: None,
+            time_added: None,
+        }
+    }
+
+    fn set(policies: &[TaintPolicy]) -> PolicySet {
+        PolicySet::from_resources(policies)
+    }
+
+    #[test]
+    fn adds_readiness_taints_and_ownership_to_a_bare_node() {
+        let s = set(&[policy(
+            "cni",
+            "2026-01-01T00:00:00Z",
+            readiness("example.net/not-ready", json!({})),
+        )]);
+        let (ops, _) = node_patch(&s, &node(&[("pool", "a")], None, None));
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "add", "path": "/spec/taints", "value": [{"key": "example.net/not-ready", "effect": "NoSchedule"}]}),
+                json!({"op": "add", "path": "/metadata/annotations", "value": {"nodetaint.io/managed-taints": "{\"example.net/not-ready:NoSchedule\":\"cni\"}"}}),
+            ]
+        );
+    }
+
+    #[test]
+    fn appends_to_what_the_node_registered_with_and_never_duplicates() {
+        let s = set(&[
+            policy(
+                "cni",
+                "2026-01-01T00:00:00Z",
+                readiness("example.net/not-ready", json!({})),
+            ),
+            policy(
+                "storage",
+                "2026-01-02T00:00:00Z",
+                readiness("example.net/storage", json!({})),
+            ),
+        ]);
+        // The node registered with its own taint, and already has storage's key+effect.
+        let n = node(
+            &[("pool", "a")],
+            Some(vec![
+                taint("dedicated", "NoSchedule"),
+                taint("example.net/storage", "NoSchedule"),
+            ]),
+            Some(vec![("other", "x")]),
+        );
+        let (ops, _) = node_patch(&s, &n);
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "add", "path": "/spec/taints/-", "value": {"key": "example.net/not-ready", "effect": "NoSchedule"}}),
+                json!({"op": "add", "path": "/metadata/annotations/nodetaint.io~1managed-taints", "value": "{\"example.net/not-ready:NoSchedule\":\"cni\"}"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn leaves_alone_nodes_no_active_readiness_policy_selects() {
+        let matcher_only = json!({"taints": [{"key": "m", "effect": "NoSchedule"}], "matchers": [{"conditions": [{"type": "A", "status": "B"}]}]});
+        let s = set(&[
+            policy("matcher", "2026-01-01T00:00:00Z", matcher_only),
+            policy(
+                "dry",
+                "2026-01-01T00:00:01Z",
+                readiness("d", json!({"dryRun": true})),
+            ),
+            policy(
+                "invalid",
+                "2026-01-01T00:00:02Z",
+                readiness(
+                    "i",
+                    json!({"readiness": {"conditions": [{"type": "X", "status": "("}]}}),
+                ),
+            ),
+        ]);
+        assert!(
+            node_patch(&s, &node(&[("pool", "a")], None, None))
+                .0
+                .is_empty()
+        );
+        let s = set(&[policy(
+            "cni",
+            "2026-01-01T00:00:00Z",
+            readiness("example.net/not-ready", json!({})),
+        )]);
+        assert!(
+            node_patch(&s, &node(&[("pool", "b")], None, None))
+                .0
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn bootstrap_completed_for_this_uid_is_not_tainted_again() {
+        let s = set(&[policy(
+            "boot",
+            "2026-01-01T00:00:00Z",
+            readiness("startup", json!({"mode": "BootstrapOnly"})),
+        )]);
+        let done = node(
+            &[("pool", "a")],
+            None,
+            Some(vec![(
+                "nodetaint.io/bootstrapped",
+                r#"{"boot":"uid-boot@2026-01-01T00:00:00Z"}"#,
+            )]),
+        );
+        assert!(node_patch(&s, &done).0.is_empty());
+        let other_uid = node(
+            &[("pool", "a")],
+            None,
+            Some(vec![(
+                "nodetaint.io/bootstrapped",
+                r#"{"boot":"uid-old@2026-01-01T00:00:00Z"}"#,
+            )]),
+        );
+        assert_eq!(node_patch(&s, &other_uid).0.len(), 2);
+    }
+
+    #[test]
+    fn a_conflict_loser_adds_nothing() {
+        let s = set(&[
+            policy(
+                "newer",
+                "2026-02-01T00:00:00Z",
+                readiness("shared", json!({})),
+            ),
+            policy(
+                "older",
+                "2026-01-01T00:00:00Z",
+                readiness("shared", json!({})),
+            ),
+        ]);
+        let (_, added) = node_patch(&s, &node(&[("pool", "a")], None, None));
+        assert_eq!(added, vec!["shared:NoSchedule (older)"]);
+    }
+
+    fn admission(kind: &str, operation: &str, object: Value) -> Value {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "req-1",
+                "kind": {"group": "", "version": "v1", "kind": kind},
+                "resource": {"group": "", "version": "v1", "resource": "nodes"},
+                "operation": operation,
+                "userInfo": {"username": "system:node:new-node"},
+                "object": object,
+                "dryRun": false
+            }
+        })
+    }
+
+    #[test]
+    fn review_patches_a_node_create() {
+        let s = set(&[policy(
+            "cni",
+            "2026-01-01T00:00:00Z",
+            readiness("example.net/not-ready", json!({})),
+        )]);
+        let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "new-node", "labels": {"pool": "a"}}, "spec": {}});
+        let out = review(true, &s, admission("Node", "CREATE", obj));
+        let resp = &out["response"];
+        assert_eq!(resp["uid"], "req-1");
+        assert_eq!(resp["allowed"], true);
+        assert_eq!(resp["patchType"], "JSONPatch");
+        // kube sends the patch bytes as a JSON list of numbers, which Go decodes into []byte.
+        let bytes: Vec<u8> = serde_json::from_value(resp["patch"].clone()).unwrap();
+        let patch: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            patch[0],
+            json!({"op": "add", "path": "/spec/taints", "value": [{"key": "example.net/not-ready", "effect": "NoSchedule"}]})
+        );
+    }
+
+    #[test]
+    fn review_answers_every_problem_with_a_message() {
+        let s = set(&[]);
+        let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}});
+        let unsynced = review(false, &s, admission("Node", "CREATE", obj.clone()));
+        assert_eq!(unsynced["response"]["allowed"], false);
+        assert!(
+            unsynced["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not synced")
+        );
+
+        let other = review(
+            true,
+            &s,
+            admission(
+                "Pod",
+                "CREATE",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            ),
+        );
+        assert_eq!(other["response"]["allowed"], true);
+        assert!(other["response"]["patch"].is_null());
+        assert!(
+            other["response"]["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("only mutates Node CREATE")
+        );
+
+        let malformed = review(true, &s, json!({"kind": "AdmissionReview", "request": 42}));
+        assert_eq!(malformed["response"]["allowed"], false);
+        assert!(
+            malformed["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("malformed AdmissionReview")
+        );
+
+        let nothing_to_add = review(true, &s, admission("Node", "CREATE", obj));
+        assert_eq!(nothing_to_add["response"]["allowed"], true);
+        assert!(nothing_to_add["response"]["patch"].is_null());
     }
 }
