@@ -1,13 +1,13 @@
 //! `/metrics`, `/healthz` and `/readyz`.
 
-use std::{future::Future, net::SocketAddr};
-
-use axum::{Router, http::StatusCode, routing::get};
-use tokio::sync::watch;
+use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use crate::metrics::Metrics;
+use axum::{Router, http::StatusCode, routing::get};
 
-pub fn router(metrics: Metrics, ready: watch::Receiver<bool>) -> Router {
+/// `ready` answers /readyz. Every replica, leader or not, serves the webhook from its
+/// policy cache, so it is ready once that cache has listed.
+pub fn router(metrics: Metrics, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -28,7 +28,7 @@ pub fn router(metrics: Metrics, ready: watch::Receiver<bool>) -> Router {
         .route(
             "/readyz",
             get(move || {
-                let ready = *ready.borrow();
+                let ready = ready();
                 async move {
                     if ready {
                         (StatusCode::OK, "ok")

@@ -128,7 +128,13 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         })?;
     tokio::spawn(http::serve(
         listener,
-        http::router(metrics.clone(), synced_rx.clone()),
+        http::router(metrics.clone(), {
+            let ctx = ctx.clone();
+            Arc::new(move || {
+                ctx.policies_synced
+                    .load(std::sync::atomic::Ordering::Acquire)
+            })
+        }),
         shutdown.clone(),
     ));
     if let Some(webhook) = &cfg.webhook {
