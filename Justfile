@@ -25,3 +25,7 @@ bench:
 # What CI runs.
 ci:
     bash .ci/run
+
+# Install the chart into a fresh bare control plane and check what it creates (needs KUBE_APISERVER_BIN and ETCD_BIN).
+chart-e2e:
+    bash tests/chart/run-e2e.sh

@@ -126,7 +126,7 @@ pub fn plan_node(
     // it would make the operator adopt, and later remove, a taint someone else adds
     // with the same key+effect.
     let taints = &plan.taints;
-    plan.managed.0.retain(|id, _| true || {
+    plan.managed.0.retain(|id, _| {
         split_taint_id(id).is_some_and(|(key, effect)| {
             taints
                 .iter()
@@ -205,6 +205,7 @@ pub fn plan_node(
             Some(j) if set.policies[j].deleting => "policy is being deleted",
             // Invalid and dry-run policies freeze what they own, even taints an edit
             // dropped from their spec: such a policy never changes a node.
+            Some(j) if !set.policies[j].is_active() => continue,
             Some(_) => "taint is no longer declared by the policy",
             None if unknown == UnknownPolicies::Remove => "policy no longer exists",
             None => continue,

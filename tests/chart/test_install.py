@@ -1,0 +1,455 @@
+"""Install, upgrade and uninstall charts/taint-operator in a real cluster.
+
+The chart is installed with helm-python-sdk (``helm_python.Config``: Helm v4's
+install/upgrade/uninstall actions, embedded as a library; no ``helm`` binary),
+and what it created is checked with ``kubectl``.
+
+Runs only when ``E2E_KUBECONFIG`` names the kubeconfig of a running cluster;
+``tests/chart/run-e2e.sh`` starts a bare control plane (e2e/control-plane.sh:
+etcd + kube-apiserver, no kubelet, no controllers) and runs this module. Pods
+never run there, so nothing waits for readiness: the test checks the API
+objects, their contents and the RBAC they grant.
+
+The tests build on each other and run in file order: install with default
+values, then upgrade the same release with ``webhook.enabled=true`` (twice, to
+see the chart's ``lookup`` keep the generated CA), then uninstall. Each run uses
+a fresh release name and namespace. The namespace is left behind (without
+kube-controller-manager a deleted namespace stays Terminating forever), and so
+is the CRD: Helm installs ``crds/`` but never upgrades or deletes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+KUBECONFIG = os.environ.get("E2E_KUBECONFIG", "")
+
+if not KUBECONFIG:
+    pytest.skip(
+        "E2E_KUBECONFIG is not set (the kubeconfig of a running cluster); "
+        "tests/chart/run-e2e.sh starts a control plane and sets it",
+        allow_module_level=True,
+    )
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "taint-operator"
+RULES_FILE = CHART / "files" / "clusterrole-rules.yaml"
+CRD_NAME = "taintpolicies.nodetaint.io"
+
+SUFFIX = secrets.token_hex(3)
+RELEASE = f"tpe2e-{SUFFIX}"
+NAMESPACE = f"taint-operator-e2e-{SUFFIX}"
+FULLNAME = f"{RELEASE}-taint-operator"
+SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
+WEBHOOK_VALUES = {"webhook": {"enabled": True}}
+HELM_TIMEOUT = 120
+
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "CustomResourceDefinition",
+}
+
+
+# --------------------------------------------------------------------------- kubectl
+
+
+def kubectl(
+    *args: str, check: bool = True, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    cmd = ["kubectl", f"--kubeconfig={KUBECONFIG}", "--request-timeout=30s", *args]
+    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=90)
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd[1:])} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return done
+
+
+def get(kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The live object, or None when it does not exist."""
+    ns = ["-n", namespace] if namespace else []
+    out = kubectl("get", kind, name, *ns, "-o", "json", "--ignore-not-found").stdout
+    return json.loads(out) if out.strip() else None
+
+
+def must_get(kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    obj = get(kind, name, namespace)
+    assert obj is not None, f"{kind} {namespace + '/' if namespace else ''}{name} does not exist"
+    return obj
+
+
+def can_i(verb: str, resource: str, *extra: str) -> str:
+    done = kubectl("auth", "can-i", verb, resource, f"--as={SERVICE_ACCOUNT}", *extra, check=False)
+    answer = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert answer in ("yes", "no"), f"kubectl auth can-i: {done.stdout}\n{done.stderr}"
+    return answer
+
+
+def manifest_objects(release: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(release["manifest"]) if d]
+
+
+def object_ref(obj: dict[str, Any]) -> tuple[str, str, str | None]:
+    kind = obj["kind"]
+    namespace = None if kind in CLUSTER_SCOPED else obj["metadata"].get("namespace", NAMESPACE)
+    return kind, obj["metadata"]["name"], namespace
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def pem(b64: str) -> str:
+    text = base64.b64decode(b64).decode()
+    assert text.startswith("-----BEGIN CERTIFICATE-----"), text[:40]
+    return text
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def chart():
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl is not in PATH; the install checks need it")
+    with helm.Config(kubeconfig_path=KUBECONFIG, namespace=NAMESPACE) as config:
+        config.check_reachable()
+        yield config
+
+
+@pytest.fixture(scope="module")
+def installed(chart, cfg):
+    """Release installed with the chart's default values (``helm install --create-namespace``)."""
+    # No wait strategy: Helm returns once the objects are created (pods never run here).
+    release = cfg.install(
+        chart, RELEASE, None, namespace=NAMESPACE, create_namespace=True, timeout=HELM_TIMEOUT
+    )
+    yield release
+    # Safety net when a later phase failed before uninstalling.
+    cfg.uninstall(RELEASE, ignore_not_found=True, timeout=HELM_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def webhook_release(chart, cfg, installed):
+    """The same release upgraded to webhook.enabled=true (``helm upgrade``)."""
+    return cfg.upgrade(chart, RELEASE, WEBHOOK_VALUES, namespace=NAMESPACE, timeout=HELM_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def uninstalled(cfg, webhook_release):
+    """Uninstalls the release; yields the objects its last revision had created."""
+    objects = manifest_objects(cfg.status(RELEASE))
+    assert objects, "the release manifest is empty"
+    cfg.uninstall(RELEASE, timeout=HELM_TIMEOUT)
+    return objects
+
+
+# --------------------------------------------------------------------------- install: defaults
+
+
+def test_release_is_deployed(installed, cfg):
+    assert installed["status"] == "deployed", installed.get("status")
+    assert installed["revision"] == 1
+    assert installed["namespace"] == NAMESPACE
+    status = cfg.status(RELEASE)
+    assert status["status"] == "deployed"
+    assert [r["name"] for r in cfg.list()] == [RELEASE]
+
+
+def test_every_manifest_object_exists(installed):
+    objects = manifest_objects(installed)
+    assert {o["kind"] for o in objects} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    }
+    for obj in objects:
+        kind, name, namespace = object_ref(obj)
+        live = must_get(kind, name, namespace)
+        labels = live["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm", (kind, name, labels)
+        assert labels.get("app.kubernetes.io/instance") == RELEASE, (kind, name, labels)
+
+
+def test_crd_is_established(installed):
+    kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    crd = must_get("crd", CRD_NAME)
+    conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert conditions.get("Established") == "True", conditions
+    assert conditions.get("NamesAccepted") == "True", conditions
+    assert crd["spec"]["scope"] == "Cluster"
+    assert "tp" in crd["spec"]["names"]["shortNames"]
+    assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == ["v1alpha1"]
+    # The API is served: listing works (the short name resolves through discovery).
+    kubectl("get", "tp")
+
+
+def test_deployment(installed):
+    dep = must_get("deployment", FULLNAME, NAMESPACE)
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == FULLNAME
+    args = container(dep)["args"]
+    assert args[0] == "run"
+    for arg in ("--leader-elect", "--lease-namespace=$(POD_NAMESPACE)", f"--lease-name={FULLNAME}"):
+        assert arg in args, args
+    assert not any(a.startswith("--webhook") for a in args), args
+
+
+def test_service_account(installed):
+    sa = must_get("serviceaccount", FULLNAME, NAMESPACE)
+    assert sa["metadata"]["namespace"] == NAMESPACE
+
+
+def test_cluster_role_rules_equal_rules_file(installed):
+    cr = must_get("clusterrole", FULLNAME)
+    assert cr["rules"] == yaml.safe_load(RULES_FILE.read_text())
+
+
+def test_cluster_role_binding(installed):
+    crb = must_get("clusterrolebinding", FULLNAME)
+    assert crb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": FULLNAME,
+    }
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+
+
+def test_leases_role_and_binding(installed):
+    name = f"{FULLNAME}-leader-election"
+    role = must_get("role", name, NAMESPACE)
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update", "patch"],
+        }
+    ]
+    rb = must_get("rolebinding", name, NAMESPACE)
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    assert rb["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+
+
+def test_service(installed):
+    svc = must_get("service", FULLNAME, NAMESPACE)
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert set(ports) == {"metrics"}
+    assert ports["metrics"]["port"] == 8080
+    dep = must_get("deployment", FULLNAME, NAMESPACE)
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_pod_disruption_budget(installed):
+    pdb = must_get("poddisruptionbudget", FULLNAME, NAMESPACE)
+    assert pdb["spec"]["minAvailable"] == 1
+    dep = must_get("deployment", FULLNAME, NAMESPACE)
+    assert pdb["spec"]["selector"] == dep["spec"]["selector"]
+
+
+def test_no_webhook_by_default(installed):
+    assert get("mutatingwebhookconfiguration", FULLNAME) is None
+    assert get("secret", f"{FULLNAME}-webhook-tls", NAMESPACE) is None
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "extra", "expected"),
+    [
+        ("patch", "nodes", (), "yes"),
+        ("watch", "nodes", (), "yes"),
+        ("list", "pods", ("--all-namespaces",), "yes"),
+        ("watch", "taintpolicies.nodetaint.io", (), "yes"),
+        ("patch", "taintpolicies.nodetaint.io", ("--subresource=status",), "yes"),
+        ("update", "taintpolicies.nodetaint.io", ("--subresource=finalizers",), "yes"),
+        ("create", "events.events.k8s.io", ("-n", "default"), "yes"),
+        ("update", "leases.coordination.k8s.io", ("-n", NAMESPACE), "yes"),
+        ("delete", "nodes", (), "no"),
+        ("patch", "nodes", ("--subresource=status",), "no"),
+        ("list", "secrets", ("-n", NAMESPACE), "no"),
+        ("list", "secrets", ("--all-namespaces",), "no"),
+        ("create", "pods", ("-n", NAMESPACE), "no"),
+        ("delete", "taintpolicies.nodetaint.io", (), "no"),
+        ("update", "leases.coordination.k8s.io", ("-n", "kube-system"), "no"),
+    ],
+    ids=lambda v: (" ".join(v).replace(NAMESPACE, "release-ns") or "-")
+    if isinstance(v, tuple)
+    else v,
+)
+def test_service_account_permissions(installed, verb, resource, extra, expected):
+    assert can_i(verb, resource, *extra) == expected, (
+        f"can {SERVICE_ACCOUNT} {verb} {resource} {' '.join(extra)}?"
+    )
+
+
+# --------------------------------------------------------------------------- upgrade: webhook on
+
+
+def test_upgrade_is_deployed(webhook_release, cfg):
+    assert webhook_release["status"] == "deployed"
+    assert webhook_release["revision"] == 2
+    assert cfg.get_values(RELEASE) == WEBHOOK_VALUES
+
+
+def webhook_state() -> tuple[dict[str, Any], dict[str, Any]]:
+    mwc = must_get("mutatingwebhookconfiguration", FULLNAME)
+    secret = must_get("secret", f"{FULLNAME}-webhook-tls", NAMESPACE)
+    return mwc, secret
+
+
+def test_webhook_configuration_has_ca_bundle(webhook_release):
+    mwc, secret = webhook_state()
+    assert len(mwc["webhooks"]) == 1
+    wh = mwc["webhooks"][0]
+    assert wh["name"] == "nodes.nodetaint.io"
+    assert wh["failurePolicy"] == "Ignore"
+    assert wh["timeoutSeconds"] == 3
+    assert wh["sideEffects"] == "None"
+    assert [(r["operations"], r["resources"]) for r in wh["rules"]] == [(["CREATE"], ["nodes"])]
+    assert wh["clientConfig"]["service"] == {
+        "name": FULLNAME,
+        "namespace": NAMESPACE,
+        "path": "/mutate-node",
+        "port": 443,
+    }
+    ca_bundle = wh["clientConfig"].get("caBundle")
+    assert ca_bundle, "caBundle is empty"
+    pem(ca_bundle)
+    assert ca_bundle == secret["data"]["ca.crt"]
+
+
+def test_webhook_tls_secret(webhook_release, tmp_path):
+    _, secret = webhook_state()
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    for key, value in secret["data"].items():
+        (tmp_path / key).write_bytes(base64.b64decode(value))
+    assert "PRIVATE KEY" in (tmp_path / "tls.key").read_text()
+    if shutil.which("openssl") is None:
+        return
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt")],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    sans = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", str(tmp_path / "tls.crt")],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert f"DNS:{FULLNAME}.{NAMESPACE}.svc" in sans, sans
+
+
+def test_webhook_deployment_and_service(webhook_release):
+    dep = must_get("deployment", FULLNAME, NAMESPACE)
+    assert dep["spec"]["replicas"] == 2
+    c = container(dep)
+    for arg in (
+        "--leader-elect",
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-cert-file=/tls/tls.crt",
+        "--webhook-key-file=/tls/tls.key",
+    ):
+        assert arg in c["args"], c["args"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert any(
+        v.get("secret", {}).get("secretName") == f"{FULLNAME}-webhook-tls" for v in volumes.values()
+    ), volumes
+    svc = must_get("service", FULLNAME, NAMESPACE)
+    ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    assert ports == {"metrics": 8080, "webhook": 443}
+
+
+def test_second_upgrade_keeps_the_webhook_certificate(webhook_release, chart, cfg):
+    """The chart looks the TLS Secret up on upgrade and reuses it: the CA and caBundle stay."""
+    before_mwc, before_secret = webhook_state()
+    again = cfg.upgrade(chart, RELEASE, WEBHOOK_VALUES, namespace=NAMESPACE, timeout=HELM_TIMEOUT)
+    assert again["revision"] == 3
+    after_mwc, after_secret = webhook_state()
+    assert after_secret["data"] == before_secret["data"]
+    assert (
+        after_mwc["webhooks"][0]["clientConfig"]["caBundle"]
+        == before_mwc["webhooks"][0]["clientConfig"]["caBundle"]
+    )
+
+
+def test_unreachable_webhook_does_not_block_node_registration(webhook_release):
+    """failurePolicy Ignore (the default): with no operator pod answering, a Node CREATE
+    still succeeds, untouched."""
+    node = f"tp-e2e-{SUFFIX}"
+    manifest = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+    started = time.monotonic()
+    try:
+        kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+        elapsed = time.monotonic() - started
+        created = must_get("node", node)
+        assert not created.get("spec", {}).get("taints"), created.get("spec")
+        # The webhook's timeoutSeconds is 3; the call must not hang beyond it (plus slack).
+        assert elapsed < 20, f"Node CREATE took {elapsed:.1f}s"
+    finally:
+        kubectl("delete", "node", node, "--ignore-not-found", "--wait=false")
+
+
+# --------------------------------------------------------------------------- uninstall
+
+
+def test_uninstall_removes_release_objects(uninstalled):
+    refs = [object_ref(o) for o in uninstalled]
+    kinds = {kind for kind, _, _ in refs}
+    assert {"MutatingWebhookConfiguration", "Secret", "Deployment", "ClusterRole"} <= kinds, kinds
+    deadline = time.monotonic() + 60
+    remaining = refs
+    while remaining and time.monotonic() < deadline:
+        remaining = [r for r in remaining if get(*r) is not None]
+        if remaining:
+            time.sleep(1)
+    assert remaining == [], f"still present after uninstall: {remaining}"
+
+
+def test_uninstall_removes_release_records(uninstalled, cfg):
+    assert cfg.list(all_states=True) == []
+    # Helm keeps its release records as Secrets (owner=helm, name=<release>) in the namespace.
+    out = kubectl(
+        "get", "secrets", "-n", NAMESPACE, "-l", f"owner=helm,name={RELEASE}", "-o", "name"
+    ).stdout
+    assert out.strip() == ""
+
+
+def test_uninstall_keeps_the_crd(uninstalled):
+    """Helm never deletes what it installed from crds/: deleting the CRD would delete
+    every TaintPolicy. Remove it by hand (kubectl delete crd) when really done."""
+    crd = must_get("crd", CRD_NAME)
+    assert crd.get("metadata", {}).get("deletionTimestamp") is None
+
+
+def test_uninstall_revokes_permissions(uninstalled):
+    assert can_i("patch", "nodes") == "no"
+    assert can_i("update", "leases.coordination.k8s.io", "-n", NAMESPACE) == "no"
+
