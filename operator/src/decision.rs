@@ -214,7 +214,8 @@ fn unready_reasons(r: &Readiness, node: &NodeView, pods: &PodIndex) -> Vec<Strin
         if candidates.iter().any(|p| p.ready) {
             continue;
         }
-        match candidates.first() {
+        // Name the same pod whatever order the cache lists them in.
+        match candidates.iter().min_by(|a, b| a.name.cmp(&b.name)) {
             None => reasons.push(format!("critical pod {} has no pod on the node", cp.name)),
             Some(p) => reasons.push(format!(
                 "critical pod {} is not Ready ({}/{})",
