@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
+use taint_operator_crd::MANAGED_TAINTS_ANNOTATION;
 
 use crate::{
     cluster::NodeView, decision::NodeEvaluation, node_plan::carries, policy_set::PolicySet,
@@ -15,6 +16,11 @@ use crate::{
 pub struct CapLedger {
     /// Policy name → nodes carrying (or reserved to carry) its matcher taints.
     carrying: HashMap<String, HashSet<String>>,
+    /// Policy name → nodes this replica has reconciled. For the others (all of them
+    /// right after a start) the cache tells whether they carry the taints.
+    observed: HashMap<String, HashSet<String>>,
+    /// Policy name → nodes admission turned away, to wake when a place frees up.
+    held: HashMap<String, HashSet<String>>,
 }
 
 impl CapLedger {
@@ -32,6 +38,9 @@ impl CapLedger {
                 let p = &set.policies[i];
                 let e = &eval.policies[i];
                 if !e.capped() || carries(set, i, node) {
+                    if let Some(held) = self.held.get_mut(&p.name) {
+                        held.remove(&node.name);
+                    }
                     return true;
                 }
                 let selected = match &p.rules {
@@ -56,29 +65,68 @@ impl CapLedger {
                         .get(&kube::runtime::reflector::ObjectRef::new(n))
                         .is_some()
                 });
-                if carrying.contains(&node.name) || carrying.len() < limit {
+                // Nodes not reconciled since this replica started hold a place when
+                // the cache shows them carrying the taints.
+                let observed = self.observed.entry(p.name.clone()).or_default();
+                observed.retain(|n| {
+                    nodes
+                        .get(&kube::runtime::reflector::ObjectRef::new(n))
+                        .is_some()
+                });
+                let cached = nodes
+                    .state()
+                    .iter()
+                    .filter(|n| {
+                        let name = n.metadata.name.as_deref().unwrap_or_default();
+                        !observed.contains(name)
+                            && !carrying.contains(name)
+                            // Cheap test first: only an owner can carry.
+                            && n.metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get(MANAGED_TAINTS_ANNOTATION))
+                                .is_some_and(|v| v.contains(p.name.as_str()))
+                            && carries(set, i, &NodeView::from_node(n))
+                    })
+                    .count();
+                let held = self.held.entry(p.name.clone()).or_default();
+                if carrying.contains(&node.name) || carrying.len() + cached < limit {
                     carrying.insert(node.name.clone());
+                    held.remove(&node.name);
                     true
                 } else {
+                    held.insert(node.name.clone());
                     false
                 }
             })
             .collect()
     }
 
-    /// Records what the node carries after a reconcile, freeing places it no longer holds.
-    pub fn observe(&mut self, set: &PolicySet, node: &NodeView) {
+    /// Records what the node carries after a reconcile (`before` is what it carried
+    /// going in), freeing places it no longer holds. Returns the nodes held back by a
+    /// policy that just got a free place: they must be evaluated again now, as nothing
+    /// about them changed that would wake them.
+    pub fn observe(&mut self, set: &PolicySet, before: &NodeView, node: &NodeView) -> Vec<String> {
+        let mut wake = Vec::new();
         for (i, p) in set.policies.iter().enumerate() {
             let Ok(rules) = &p.rules else { continue };
             if rules.max_tainted_nodes.is_none() {
                 continue;
             }
+            self.observed
+                .entry(p.name.clone())
+                .or_default()
+                .insert(node.name.clone());
             let carrying = self.carrying.entry(p.name.clone()).or_default();
             if carries(set, i, node) {
                 carrying.insert(node.name.clone());
-            } else {
-                carrying.remove(&node.name);
+            } else if carrying.remove(&node.name) | carries(set, i, before) {
+                let held = self.held.get(&p.name).into_iter().flatten();
+                wake.extend(held.filter(|n| **n != node.name).cloned());
             }
         }
+        wake.sort();
+        wake.dedup();
+        wake
     }
 }

@@ -152,9 +152,25 @@ impl PodIndex {
 
     /// The pods of `namespace` on `node`.
     pub fn pods(&self, node: &str, namespace: &str) -> &[PodView] {
-        self.by_node
-            .get(node)
-            .and_then(|nss| nss.iter().find(|(ns, _)| ns == namespace))
+        self.node(node).pods(namespace)
+    }
+
+    /// The pods on `node`, for several look-ups by namespace.
+    pub fn node(&self, node: &str) -> NodePods<'_> {
+        NodePods(self.by_node.get(node).map_or(&[], Vec::as_slice))
+    }
+}
+
+/// The pods of one node, by namespace.
+#[derive(Debug, Clone, Copy)]
+pub struct NodePods<'a>(&'a [(String, Vec<PodView>)]);
+
+impl<'a> NodePods<'a> {
+    /// The pods of `namespace`.
+    pub fn pods(self, namespace: &str) -> &'a [PodView] {
+        self.0
+            .iter()
+            .find(|(ns, _)| ns == namespace)
             .map_or(&[], |(_, pods)| pods.as_slice())
     }
 }

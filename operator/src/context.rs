@@ -3,11 +3,14 @@
 
 use std::sync::{Arc, Mutex, RwLock};
 
-use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::{Node, ObjectReference},
+    jiff::Timestamp,
+};
 use kube::{
     Client,
     runtime::{
-        events::{Recorder, Reporter},
+        events::{Event, Recorder, Reporter},
         reflector::Store,
     },
 };
@@ -28,7 +31,8 @@ pub struct Context {
     pub pod_watches: PodWatches,
     pub caps: Mutex<CapLedger>,
     pub metrics: Metrics,
-    pub recorder: Recorder,
+    /// Who the events say they come from; see `publish`.
+    pub reporter: Reporter,
     /// Wakes the status writer: something a policy's status reports may have changed.
     pub status_refresh: Notify,
     /// True once the policy cache has listed: enough for the webhook and /readyz.
@@ -55,7 +59,7 @@ impl Context {
             instance: reporter_instance,
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            reporter,
             client,
             nodes,
             policies,
@@ -78,6 +82,23 @@ impl Context {
 
     pub fn set_policy_set(&self, set: PolicySet) {
         *self.policy_set.write().expect("policy set lock") = Arc::new(set);
+    }
+
+    /// Publishes an event about `reference`, as its own Event object.
+    ///
+    /// kube's `Recorder` folds every event with the same type, reason and action about
+    /// an object into one series and keeps the note of the first: a node's second
+    /// `TaintAdded` (another taint, policy or reason) would only bump the count of the
+    /// first event and show the first one's policy and why. A fresh recorder per event
+    /// keeps every note.
+    pub async fn publish(
+        &self,
+        event: &Event,
+        reference: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+            .publish(event, reference)
+            .await
     }
 
     /// Waits until every cache has synced, so no node is judged on half a picture.

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use taint_operator_crd::Mode;
 
 use crate::{
-    cluster::{NodeView, PodIndex},
+    cluster::{NodePods, NodeView, PodIndex, PodView},
     policy::{CompiledCondition, CompiledPolicy, Readiness},
     policy_set::PolicySet,
 };
@@ -92,10 +92,12 @@ pub fn evaluate_node(
     now: Timestamp,
 ) -> NodeEvaluation {
     let mut next_check: Option<Timestamp> = None;
+    // One index lookup per node, not one per critical pod of every policy.
+    let pods = pods.node(&node.name);
     let policies = set
         .policies
         .iter()
-        .map(|p| evaluate_policy(p, node, pods, now, &mut next_check))
+        .map(|p| evaluate_in(p, node, pods, now, &mut next_check))
         .collect();
     NodeEvaluation {
         policies,
@@ -107,6 +109,16 @@ pub fn evaluate_policy(
     policy: &CompiledPolicy,
     node: &NodeView,
     pods: &PodIndex,
+    now: Timestamp,
+    next_check: &mut Option<Timestamp>,
+) -> PolicyEval {
+    evaluate_in(policy, node, pods.node(&node.name), now, next_check)
+}
+
+fn evaluate_in(
+    policy: &CompiledPolicy,
+    node: &NodeView,
+    pods: NodePods<'_>,
     now: Timestamp,
     next_check: &mut Option<Timestamp>,
 ) -> PolicyEval {
@@ -162,7 +174,6 @@ enum GroupMatch {
 
 fn match_group(group: &[CompiledCondition], node: &NodeView, now: Timestamp) -> GroupMatch {
     let mut window_ends: Option<Timestamp> = None;
-    let mut parts = Vec::with_capacity(group.len());
     for c in group {
         let Some(nc) = node.condition(&c.type_) else {
             return GroupMatch::No;
@@ -181,19 +192,30 @@ fn match_group(group: &[CompiledCondition], node: &NodeView, now: Timestamp) -> 
             if ends > now {
                 window_ends = Some(window_ends.map_or(ends, |w| w.max(ends)));
             }
-            parts.push(format!("{}={} for {}", c.type_, nc.status, human(window)));
-        } else {
-            parts.push(format!("{}={}", c.type_, nc.status));
         }
     }
-    match window_ends {
-        Some(t) => GroupMatch::MatchesAt(t),
-        None if parts.len() == 1 => GroupMatch::Matched(format!("condition {} matched", parts[0])),
-        None => GroupMatch::Matched(format!("conditions {} matched", parts.join(" and "))),
+    if let Some(t) = window_ends {
+        return GroupMatch::MatchesAt(t);
+    }
+    // Every condition matched (so each is present): only now build the reason.
+    let parts: Vec<String> = group
+        .iter()
+        .filter_map(|c| {
+            let nc = node.condition(&c.type_)?;
+            Some(match c.for_ {
+                Some(window) => format!("{}={} for {}", c.type_, nc.status, human(window)),
+                None => format!("{}={}", c.type_, nc.status),
+            })
+        })
+        .collect();
+    if parts.len() == 1 {
+        GroupMatch::Matched(format!("condition {} matched", parts[0]))
+    } else {
+        GroupMatch::Matched(format!("conditions {} matched", parts.join(" and ")))
     }
 }
 
-fn unready_reasons(r: &Readiness, node: &NodeView, pods: &PodIndex) -> Vec<String> {
+fn unready_reasons(r: &Readiness, node: &NodeView, pods: NodePods<'_>) -> Vec<String> {
     let mut reasons = Vec::new();
     for c in &r.conditions {
         match node.condition(&c.type_) {
@@ -206,16 +228,26 @@ fn unready_reasons(r: &Readiness, node: &NodeView, pods: &PodIndex) -> Vec<Strin
         }
     }
     for cp in &r.critical_pods {
-        let candidates: Vec<_> = pods
-            .pods(&node.name, &cp.namespace)
-            .iter()
-            .filter(|p| cp.selector.matches(&p.labels))
-            .collect();
-        if candidates.iter().any(|p| p.ready) {
+        // Ready if any selected pod is; otherwise name the first by name, so the
+        // reason is the same whatever order the cache lists them in.
+        let mut ready = false;
+        let mut first: Option<&PodView> = None;
+        for p in pods.pods(&cp.namespace) {
+            if !cp.selector.matches(&p.labels) {
+                continue;
+            }
+            if p.ready {
+                ready = true;
+                break;
+            }
+            if first.is_none_or(|f| p.name < f.name) {
+                first = Some(p);
+            }
+        }
+        if ready {
             continue;
         }
-        // Name the same pod whatever order the cache lists them in.
-        match candidates.iter().min_by(|a, b| a.name.cmp(&b.name)) {
+        match first {
             None => reasons.push(format!("critical pod {} has no pod on the node", cp.name)),
             Some(p) => reasons.push(format!(
                 "critical pod {} is not Ready ({}/{})",

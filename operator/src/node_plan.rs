@@ -13,7 +13,7 @@ use taint_operator_crd::{Mode, PolicyTaint, TaintEffect};
 use crate::{
     cluster::NodeView,
     decision::NodeEvaluation,
-    ownership::{Bootstrapped, ManagedTaints, split_taint_id, taint_id},
+    ownership::{Bootstrapped, ManagedTaints, split_taint_id},
     policy_set::PolicySet,
 };
 
@@ -80,20 +80,28 @@ enum Desired<'a> {
     Present {
         taint: &'a PolicyTaint,
         policy: usize,
-        reason: String,
     },
     Absent {
         policy: usize,
-        reason: String,
     },
+}
+
+/// Why policy `i` wants its taints here or not. Built only for a change or a note:
+/// most nodes need none, and this string is most of what a steady node would cost.
+fn policy_reason(set: &PolicySet, eval: &NodeEvaluation, i: usize) -> String {
+    let e = &eval.policies[i];
+    let mut reason = e.reasons().join("; ");
+    if set.policies[i].mode == Mode::BootstrapOnly && e.ready_and_clear() {
+        reason.push_str("; bootstrap complete");
+    }
+    reason
 }
 
 /// True when the node carries one of policy `i`'s taints, owned by it.
 pub fn carries(set: &PolicySet, i: usize, node: &NodeView) -> bool {
     let p = &set.policies[i];
-    p.taints.iter().any(|t| {
-        let id = taint_id(&t.key, t.effect.as_str());
-        node.managed.owner(&id) == Some(p.name.as_str())
+    p.taints.iter().zip(&p.ids).any(|(t, id)| {
+        node.managed.owner(id) == Some(p.name.as_str())
             && node
                 .taints
                 .iter()
@@ -134,7 +142,7 @@ pub fn plan_node(
         })
     });
 
-    let mut desired: BTreeMap<String, Desired> = BTreeMap::new();
+    let mut desired: BTreeMap<&str, Desired> = BTreeMap::new();
     for (i, p) in set.policies.iter().enumerate() {
         // Invalid and dry-run policies freeze what they own; deleting ones are cleaned up below.
         if !p.is_active() {
@@ -150,41 +158,32 @@ pub fn plan_node(
                 e.reasons().join("; ")
             ));
         }
-        let mut reason = e.reasons().join("; ");
-        if p.mode == Mode::BootstrapOnly && e.ready_and_clear() {
-            reason.push_str("; bootstrap complete");
-        }
-        for t in &p.taints {
-            let id = taint_id(&t.key, t.effect.as_str());
-            if set.owner_of(&id) != Some(i) {
+        for (t, id) in p.taints.iter().zip(&p.ids) {
+            if set.owner_of(id) != Some(i) {
                 continue;
             }
             let d = if wants {
                 Desired::Present {
                     taint: t,
                     policy: i,
-                    reason: reason.clone(),
                 }
             } else {
-                Desired::Absent {
-                    policy: i,
-                    reason: reason.clone(),
-                }
+                Desired::Absent { policy: i }
             };
             desired.insert(id, d);
         }
     }
 
-    for (id, d) in &desired {
-        match d {
-            Desired::Present {
-                taint,
-                policy,
-                reason,
-            } => apply_present(&mut plan, set, id, taint, *policy, reason, now),
-            Desired::Absent { policy, reason } => {
+    for (&id, d) in &desired {
+        match *d {
+            Desired::Present { taint, policy } => {
+                let reason = || policy_reason(set, eval, policy);
+                apply_present(&mut plan, set, id, taint, policy, reason, now)
+            }
+            Desired::Absent { policy } => {
                 if plan.managed.owner(id).is_some() {
-                    remove_owned(&mut plan, id, &set.policies[*policy].name, reason);
+                    let reason = || policy_reason(set, eval, policy);
+                    remove_owned(&mut plan, id, &set.policies[policy].name, reason);
                     plan.managed.0.remove(id);
                 }
             }
@@ -197,7 +196,7 @@ pub fn plan_node(
         .managed
         .0
         .iter()
-        .filter(|(id, _)| !desired.contains_key(*id) && set.owner_of(id).is_none())
+        .filter(|(id, _)| !desired.contains_key(id.as_str()) && set.owner_of(id).is_none())
         .map(|(id, owner)| (id.clone(), owner.clone()))
         .collect();
     for (id, owner) in orphans {
@@ -210,7 +209,7 @@ pub fn plan_node(
             None if unknown == UnknownPolicies::Remove => "policy no longer exists",
             None => continue,
         };
-        remove_owned(&mut plan, &id, &owner, reason);
+        remove_owned(&mut plan, &id, &owner, || reason.to_string());
         plan.managed.0.remove(&id);
     }
 
@@ -239,7 +238,7 @@ fn apply_present(
     id: &str,
     t: &PolicyTaint,
     policy: usize,
-    reason: &str,
+    reason: impl FnOnce() -> String,
     now: Timestamp,
 ) {
     let name = &set.policies[policy].name;
@@ -260,19 +259,19 @@ fn apply_present(
             if plan.taints[i].value != t.value {
                 plan.taints[i] = new_taint(t, now);
                 plan.added
-                    .push(change(t, name, &format!("{reason} (value changed)")));
+                    .push(change(t, name, format!("{} (value changed)", reason())));
             }
             plan.managed.0.insert(id.to_string(), name.clone());
         }
         (None, _) => {
             plan.taints.push(new_taint(t, now));
-            plan.added.push(change(t, name, reason));
+            plan.added.push(change(t, name, reason()));
             plan.managed.0.insert(id.to_string(), name.clone());
         }
     }
 }
 
-fn remove_owned(plan: &mut NodePlan, id: &str, policy: &str, reason: &str) {
+fn remove_owned(plan: &mut NodePlan, id: &str, policy: &str, reason: impl FnOnce() -> String) {
     let Some((key, effect)) = split_taint_id(id) else {
         return;
     };
@@ -287,7 +286,7 @@ fn remove_owned(plan: &mut NodePlan, id: &str, policy: &str, reason: &str) {
             value: old.value,
             effect,
             policy: policy.to_string(),
-            reason: reason.to_string(),
+            reason: reason(),
         });
     }
 }
@@ -303,12 +302,12 @@ fn new_taint(t: &PolicyTaint, now: Timestamp) -> Taint {
     }
 }
 
-fn change(t: &PolicyTaint, policy: &str, reason: &str) -> TaintChange {
+fn change(t: &PolicyTaint, policy: &str, reason: String) -> TaintChange {
     TaintChange {
         key: t.key.clone(),
         value: t.value.clone(),
         effect: t.effect,
         policy: policy.to_string(),
-        reason: reason.to_string(),
+        reason,
     }
 }

@@ -29,6 +29,10 @@ use crate::{
 
 const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 
+/// How soon a node held back by `maxTaintedNodes` is evaluated again: nothing else
+/// wakes it when another node heals and frees a place.
+pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
+
 pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     ctx.wait_synced().await;
     let set = ctx.policy_set();
@@ -63,7 +67,8 @@ pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action
 }
 
 /// Brings one node in line with `set`: at most one successful write. Returns when
-/// the node must be evaluated again because a `for` window ends.
+/// the node must be evaluated again: a `for` window ends, or `maxTaintedNodes`
+/// holds it back and room may have freed up by then.
 pub async fn converge_node(
     ctx: &Context,
     set: &PolicySet,
@@ -71,6 +76,7 @@ pub async fn converge_node(
 ) -> Result<Option<Timestamp>> {
     let now = (ctx.clock)();
     let next_check = Mutex::new(None);
+    let held_back = Mutex::new(false);
     let api: Api<Node> = Api::all(ctx.client.clone());
     let replan = |n: &Node| -> NodePlan {
         let view = NodeView::from_node(n);
@@ -84,6 +90,7 @@ pub async fn converge_node(
             .lock()
             .expect("cap ledger lock")
             .admit(set, &eval, &view, &ctx.nodes);
+        *held_back.lock().expect("held back lock") = admitted.contains(&false);
         plan_node(
             set,
             &view,
@@ -95,14 +102,26 @@ pub async fn converge_node(
     };
     let written = write_node(&api, &ctx.metrics, node.clone(), replan).await?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
-    ctx.caps
-        .lock()
-        .expect("cap ledger lock")
-        .observe(set, &NodeView::from_node(final_node));
+    let wake = ctx.caps.lock().expect("cap ledger lock").observe(
+        set,
+        &NodeView::from_node(&node),
+        &NodeView::from_node(final_node),
+    );
+    // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
+    ctx.pod_watches.reevaluate(wake);
     if let Some(w) = written {
         report(ctx, &w.node, &w.plan).await;
     }
-    Ok(next_check.into_inner().expect("next check lock"))
+    let mut next_check = next_check.into_inner().expect("next check lock");
+    if held_back.into_inner().expect("held back lock") {
+        let recheck = now
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+                HELD_BACK_RECHECK.as_secs() as i64,
+            ))
+            .unwrap_or(Timestamp::MAX);
+        next_check = Some(next_check.map_or(recheck, |t| t.min(recheck)));
+    }
+    Ok(next_check)
 }
 
 async fn report(ctx: &Context, node: &Node, plan: &NodePlan) {
@@ -130,7 +149,7 @@ async fn report(ctx: &Context, node: &Node, plan: &NodePlan) {
             action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&event, &node.object_ref(&())).await {
+        if let Err(e) = ctx.publish(&event, &node.object_ref(&())).await {
             tracing::warn!(node = name, error = %e, "could not publish event");
         }
     }

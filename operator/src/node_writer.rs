@@ -89,10 +89,18 @@ pub struct Written {
 }
 
 /// True for the API server's answers to a patch whose `test` failed or that lost a race.
+///
+/// kube-apiserver answers a JSON patch it cannot apply, a failed `test` included,
+/// with a 422 whose message is only "the server rejected our request due to an
+/// error in our request" and which names no field (apiserver's `patch.go`). A node
+/// that fails validation is a 422 too, but one whose causes name the fields: that
+/// one re-reading cannot fix.
 pub fn is_conflict(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(status) => {
-            status.code == 409 || (status.code == 422 && status.message.contains("test"))
+            status.code == 409
+                || (status.code == 422
+                    && status.details.as_ref().is_none_or(|d| d.causes.is_empty()))
         }
         _ => false,
     }

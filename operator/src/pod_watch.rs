@@ -127,6 +127,12 @@ impl PodWatches {
         })
     }
 
+    /// Asks the node controller to evaluate these nodes again, through the same queue
+    /// that critical-pod changes use.
+    pub fn reevaluate(&self, nodes: Vec<String>) {
+        self.notify(nodes);
+    }
+
     fn notify(&self, nodes: Vec<String>) {
         for n in nodes {
             let _ = self.changed_nodes.send(ObjectRef::new(&n));

@@ -73,6 +73,8 @@ pub struct CompiledPolicy {
     pub mode: Mode,
     pub dry_run: bool,
     pub taints: Vec<PolicyTaint>,
+    /// `<key>:<effect>` of each taint, in the order of `taints`.
+    pub ids: Vec<String>,
     pub rules: Result<Rules, InvalidSpec>,
 }
 
@@ -88,6 +90,11 @@ impl CompiledPolicy {
             mode: spec.mode,
             dry_run: spec.dry_run,
             taints: spec.taints.clone(),
+            ids: spec
+                .taints
+                .iter()
+                .map(|t| taint_id(&t.key, t.effect.as_str()))
+                .collect(),
             rules: compile_rules(policy),
         }
     }
@@ -98,9 +105,7 @@ impl CompiledPolicy {
     }
 
     pub fn taint_ids(&self) -> impl Iterator<Item = String> + '_ {
-        self.taints
-            .iter()
-            .map(|t| taint_id(&t.key, t.effect.as_str()))
+        self.ids.iter().cloned()
     }
 
     /// The cap on matcher-triggered taints for `selected` nodes; percentages round down.

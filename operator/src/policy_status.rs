@@ -115,7 +115,7 @@ async fn warn_on_policy(ctx: &Context, policy: &TaintPolicy, summary: &PolicySum
         action: "Evaluate".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
+    if let Err(e) = ctx.publish(&event, &policy.object_ref(&())).await {
         tracing::warn!(policy = %policy.name_any(), error = %e, "could not publish event");
     }
 }

@@ -1,0 +1,314 @@
+//! The operator under test: the real `taint-operator` binary, run as a child process
+//! with the least-privileged kubeconfig, its output appended to one log file.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    process::{Child, Command},
+};
+
+use crate::{Result, bail};
+
+/// Where the operator binary is: `E2E_OPERATOR_BIN`, or what `cargo build -p
+/// taint-operator` reports (it builds it first, so the suite never tests a stale binary).
+pub async fn locate_binary(repo_root: &Path) -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("E2E_OPERATOR_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    println!("e2e: cargo build -p taint-operator");
+    let out = Command::new(&cargo)
+        .args([
+            "build",
+            "-p",
+            "taint-operator",
+            "--bin",
+            "taint-operator",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(repo_root)
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !out.status.success() {
+        bail!("cargo build -p taint-operator failed ({})", out.status);
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact"
+            && msg["target"]["name"] == "taint-operator"
+            && let Some(exe) = msg["executable"].as_str()
+        {
+            return Ok(PathBuf::from(exe));
+        }
+    }
+    bail!("cargo build -p taint-operator did not report the taint-operator executable")
+}
+
+/// A TCP port on 127.0.0.1 that nobody listens on right now.
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+pub struct Operator {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    lease_namespace: Option<String>,
+    log_path: PathBuf,
+    child: Option<Child>,
+    port: u16,
+    starts: u32,
+}
+
+impl Operator {
+    pub fn new(
+        bin: PathBuf,
+        kubeconfig: PathBuf,
+        lease_namespace: Option<String>,
+        log_path: PathBuf,
+    ) -> Self {
+        Operator {
+            bin,
+            kubeconfig,
+            lease_namespace,
+            log_path,
+            child: None,
+            port: 0,
+            starts: 0,
+        }
+    }
+
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Starts the operator and waits until `/readyz` answers 200 (leader, caches synced).
+    pub async fn start(&mut self) -> Result<()> {
+        if self.is_running() {
+            bail!("the operator is already running");
+        }
+        self.starts += 1;
+        self.port = free_port()?;
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        {
+            use std::io::Write;
+            writeln!(
+                log,
+                "===== e2e: operator start #{} (metrics 127.0.0.1:{}) =====",
+                self.starts, self.port
+            )?;
+        }
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("run")
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(["--log-format", "text", "--identity", "e2e-operator"]);
+        if let Some(ns) = &self.lease_namespace {
+            cmd.args(["--leader-elect", "--lease-namespace", ns]);
+        }
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("NO_COLOR", "1")
+            .env_remove("TAINT_OPERATOR_LOG")
+            .env_remove("TAINT_OPERATOR_LOG_FORMAT")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        self.child = Some(
+            cmd.spawn()
+                .map_err(|e| format!("cannot start {}: {e}", self.bin.display()))?,
+        );
+        let started = Instant::now();
+        loop {
+            if !self.is_running() {
+                bail!(
+                    "the operator exited during startup; log tail:\n{}",
+                    self.log_tail(30)
+                );
+            }
+            if let Ok((status, _)) = self.get("/readyz").await
+                && status == 200
+            {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "the operator was not ready within 30 s; log tail:\n{}",
+                    self.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no shutdown handling at all, as when a node dies under the pod.
+    pub async fn kill9(&mut self) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.start_kill()?;
+            c.wait().await?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait (SIGKILL after 15 s).
+    pub async fn stop(&mut self) -> Result<()> {
+        let Some(mut c) = self.child.take() else {
+            return Ok(());
+        };
+        if let Some(pid) = c.id() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        match tokio::time::timeout(Duration::from_secs(15), c.wait()).await {
+            Ok(status) => {
+                status?;
+            }
+            Err(_) => {
+                c.start_kill()?;
+                c.wait().await?;
+                bail!("the operator ignored SIGTERM for 15 s");
+            }
+        }
+        Ok(())
+    }
+
+    async fn get(&self, path: &str) -> Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .await?;
+        let mut buf = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await??;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad HTTP answer from the operator: {head:?}"))?;
+        Ok((status, body.to_string()))
+    }
+
+    /// The operator's `/metrics` right now.
+    pub async fn metrics(&self) -> Result<Metrics> {
+        let (status, body) = self.get("/metrics").await?;
+        if status != 200 {
+            bail!("/metrics answered {status}");
+        }
+        Ok(Metrics(body))
+    }
+
+    /// Size of the log so far, to print only what a scenario produced.
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log_path).map_or(0, |m| m.len())
+    }
+
+    /// The last `n` lines of the log (escape sequences removed).
+    pub fn log_tail(&self, n: usize) -> String {
+        self.log_since(0, n)
+    }
+
+    /// The last `n` lines the log got after byte `offset`.
+    pub fn log_since(&self, offset: u64, n: usize) -> String {
+        let bytes = std::fs::read(&self.log_path).unwrap_or_default();
+        let start = (offset as usize).min(bytes.len());
+        let text = strip_ansi(&String::from_utf8_lossy(&bytes[start..]));
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A `/metrics` page.
+pub struct Metrics(pub String);
+
+impl Metrics {
+    /// The sum of every series of `name` (labels ignored); 0 when absent.
+    pub fn get(&self, name: &str) -> f64 {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let metric = series.split('{').next()?;
+                (metric == name).then(|| value.parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
+    /// The sum of the series of `name` that carry every one of `labels`.
+    pub fn get_with(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+                let all = labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+                (metric == name && all).then(|| value.parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
+    /// Node patches the API server accepted (the write counter counts attempts).
+    pub fn node_patches_ok(&self) -> u64 {
+        self.get_with(
+            "taint_operator_api_requests_total",
+            &[("verb", "patch"), ("resource", "nodes"), ("code", "200")],
+        ) as u64
+    }
+
+    pub fn node_writes(&self) -> u64 {
+        self.get("taint_operator_node_writes_total") as u64
+    }
+
+    pub fn status_writes(&self) -> u64 {
+        self.get("taint_operator_status_writes_total") as u64
+    }
+
+    pub fn node_write_conflicts(&self) -> u64 {
+        self.get("taint_operator_node_write_conflicts_total") as u64
+    }
+}

@@ -1,0 +1,903 @@
+//! `taint-operator plan`, run as a user runs it: the shipped examples give the
+//! results examples/README.md promises, every way of passing the same objects
+//! gives the same plan, and bad input exits 2 with one line naming the file, the
+//! object and the field.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::atomic::{AtomicUsize, Ordering},
+};
+
+use serde_json::{Value, json};
+
+const NOW: &str = "2026-11-20T12:00:00Z";
+/// 30 s after cp-1's NetworkInterfaceCard turned Ruined: nic-kaput's `for` window ends.
+const WINDOW_END: &str = "2026-11-20T12:00:15Z";
+
+const POLICY_FILES: [&str; 5] = [
+    "spot-out-of-service.yaml",
+    "nic-kaput.yaml",
+    "startup-init-daemonset.yaml",
+    "istio-cni-readiness.yaml",
+    "cni-network-ready.yaml",
+];
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn example(name: &str) -> PathBuf {
+    examples().join(name)
+}
+
+fn policy_examples() -> Vec<PathBuf> {
+    POLICY_FILES.iter().map(|f| example(f)).collect()
+}
+
+fn cluster() -> PathBuf {
+    example("cluster.yaml")
+}
+
+/// `taint-operator plan` with a `-f` per policy file, a `--cluster` per dump, and `extra`.
+fn plan(policies: &[PathBuf], clusters: &[PathBuf], extra: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_taint-operator"));
+    cmd.arg("plan");
+    for p in policies {
+        cmd.arg("-f").arg(p);
+    }
+    for c in clusters {
+        cmd.arg("--cluster").arg(c);
+    }
+    // A panic would print its backtrace too, which the one-line checks then catch.
+    cmd.args(extra).env("RUST_BACKTRACE", "1");
+    cmd.output().expect("the taint-operator binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).expect("stderr is UTF-8")
+}
+
+/// Runs plan with `-o json`, asserts exit 0 and a quiet stderr, returns the parsed report.
+fn plan_json(policies: &[PathBuf], clusters: &[PathBuf], now: &str) -> Value {
+    let out = plan(policies, clusters, &["--now", now, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "plan failed: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "stderr of a good run");
+    serde_json::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("-o json prints one JSON object ({e}):\n{}", stdout(&out)))
+}
+
+/// A directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "taint-operator-plan-cli-{}-{test}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write a temp file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ------------------------------------------------------------ expected results
+
+/// `(key, value, effect, policy)`
+type Add = (
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    &'static str,
+);
+/// `(key, effect, policy)`
+type Remove = (&'static str, &'static str, &'static str);
+
+struct NodeChanges {
+    name: &'static str,
+    add: Vec<Add>,
+    remove: Vec<Remove>,
+}
+
+const NIC: &str = "example.com/network-unavailable";
+const ISTIO: &str = "cni.istio.io/not-ready";
+const NETWORK: &str = "readiness.k8s.io/network-unavailable";
+const STARTUP: &str = "startup.k8s.io/initializing";
+const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// examples/README.md, "All five together, per node", at 12:00:00.
+fn expected_nodes() -> Vec<NodeChanges> {
+    vec![
+        NodeChanges {
+            name: "od-1",
+            add: vec![],
+            remove: vec![(NIC, "NoSchedule", "nic-kaput")],
+        },
+        NodeChanges {
+            name: "od-2",
+            add: vec![(NIC, None, "NoSchedule", "nic-kaput")],
+            remove: vec![],
+        },
+        NodeChanges {
+            name: "od-4",
+            add: vec![
+                (
+                    STARTUP,
+                    Some("wait"),
+                    "NoSchedule",
+                    "startup-init-daemonset",
+                ),
+                (ISTIO, None, "NoSchedule", "istio-cni-readiness"),
+                (NETWORK, None, "NoSchedule", "cni-network-ready"),
+            ],
+            remove: vec![],
+        },
+        NodeChanges {
+            name: "od-5",
+            add: vec![],
+            remove: vec![
+                (STARTUP, "NoSchedule", "startup-init-daemonset"),
+                (ISTIO, "NoSchedule", "istio-cni-readiness"),
+                (NETWORK, "NoSchedule", "cni-network-ready"),
+            ],
+        },
+        NodeChanges {
+            name: "od-6",
+            add: vec![
+                (NIC, None, "NoSchedule", "nic-kaput"),
+                (NETWORK, None, "NoSchedule", "cni-network-ready"),
+            ],
+            remove: vec![],
+        },
+        NodeChanges {
+            name: "spot-1",
+            add: vec![(
+                OUT_OF_SERVICE,
+                Some("nodeshutdown"),
+                "NoExecute",
+                "spot-out-of-service",
+            )],
+            remove: vec![],
+        },
+        NodeChanges {
+            name: "spot-2",
+            add: vec![],
+            remove: vec![(OUT_OF_SERVICE, "NoExecute", "spot-out-of-service")],
+        },
+        NodeChanges {
+            name: "spot-3",
+            add: vec![],
+            remove: vec![(ISTIO, "NoSchedule", "istio-cni-readiness")],
+        },
+    ]
+}
+
+/// `(name, selected, tainted, pending)` from examples/README.md at 12:00:00.
+fn expected_policies() -> Vec<(&'static str, u64, u64, u64)> {
+    vec![
+        ("spot-out-of-service", 3, 1, 0),
+        ("nic-kaput", 10, 2, 0),
+        ("startup-init-daemonset", 9, 1, 0),
+        ("istio-cni-readiness", 10, 1, 0),
+        ("cni-network-ready", 9, 2, 0),
+    ]
+}
+
+fn str_field<'a>(v: &'a Value, field: &str) -> &'a str {
+    v.get(field)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{field} is a string in {v}"))
+}
+
+fn u64_field(v: &Value, field: &str) -> u64 {
+    v.get(field)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{field} is a count in {v}"))
+}
+
+fn node<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["nodes"]
+        .as_array()
+        .expect("nodes is a list")
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("node {name} is in the plan: {report:#}"))
+}
+
+fn policy<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["policies"]
+        .as_array()
+        .expect("policies is a list")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("policy {name} is in the plan: {report:#}"))
+}
+
+fn adds(node: &Value) -> Vec<(String, Option<String>, String, String)> {
+    let mut adds: Vec<_> = node["add"]
+        .as_array()
+        .expect("add is a list")
+        .iter()
+        .map(|a| {
+            for k in a.as_object().expect("an add is an object").keys() {
+                assert!(
+                    ["key", "value", "effect", "policy"].contains(&k.as_str()),
+                    "unexpected field {k} in {a}"
+                );
+            }
+            (
+                str_field(a, "key").to_string(),
+                a.get("value")
+                    .map(|v| v.as_str().expect("value is a string").to_string()),
+                str_field(a, "effect").to_string(),
+                str_field(a, "policy").to_string(),
+            )
+        })
+        .collect();
+    adds.sort();
+    adds
+}
+
+fn removes(node: &Value) -> Vec<(String, String, String)> {
+    let mut removes: Vec<_> = node["remove"]
+        .as_array()
+        .expect("remove is a list")
+        .iter()
+        .map(|r| {
+            (
+                str_field(r, "key").to_string(),
+                str_field(r, "effect").to_string(),
+                str_field(r, "policy").to_string(),
+            )
+        })
+        .collect();
+    removes.sort();
+    removes
+}
+
+/// Asserts the report's nodes are exactly `expected`, taint by taint.
+fn assert_nodes(report: &Value, expected: &[NodeChanges]) {
+    let mut names: Vec<&str> = report["nodes"]
+        .as_array()
+        .expect("nodes is a list")
+        .iter()
+        .map(|n| str_field(n, "name"))
+        .collect();
+    names.sort();
+    let mut want: Vec<&str> = expected.iter().map(|n| n.name).collect();
+    want.sort();
+    assert_eq!(names, want, "the nodes with something to change");
+    for e in expected {
+        let n = node(report, e.name);
+        let mut want_add: Vec<_> = e
+            .add
+            .iter()
+            .map(|(k, v, eff, p)| {
+                (
+                    k.to_string(),
+                    v.map(str::to_string),
+                    eff.to_string(),
+                    p.to_string(),
+                )
+            })
+            .collect();
+        want_add.sort();
+        assert_eq!(adds(n), want_add, "taints to add on {}", e.name);
+        let mut want_remove: Vec<_> = e
+            .remove
+            .iter()
+            .map(|(k, eff, p)| (k.to_string(), eff.to_string(), p.to_string()))
+            .collect();
+        want_remove.sort();
+        assert_eq!(removes(n), want_remove, "taints to remove on {}", e.name);
+        // Every change says why, naming its policy.
+        let reasons: Vec<&str> = n["reasons"]
+            .as_array()
+            .expect("reasons is a list")
+            .iter()
+            .map(|r| r.as_str().expect("a reason is a string"))
+            .collect();
+        for policy in e
+            .add
+            .iter()
+            .map(|a| a.3)
+            .chain(e.remove.iter().map(|r| r.2))
+        {
+            assert!(
+                reasons
+                    .iter()
+                    .any(|r| r.starts_with(&format!("{policy}: "))),
+                "{}: no reason for {policy} in {reasons:?}",
+                e.name
+            );
+        }
+    }
+}
+
+/// Asserts the policy summaries: counts, and the reason a not-yet-applied plan reports.
+fn assert_policies(report: &Value, expected: &[(&str, u64, u64, u64)]) {
+    let policies = report["policies"].as_array().expect("policies is a list");
+    assert_eq!(policies.len(), expected.len(), "one entry per policy");
+    for &(name, selected, tainted, pending) in expected {
+        let p = policy(report, name);
+        assert_eq!(
+            u64_field(p, "selectedNodes"),
+            selected,
+            "{name} selectedNodes"
+        );
+        assert_eq!(u64_field(p, "taintedNodes"), tainted, "{name} taintedNodes");
+        assert_eq!(u64_field(p, "pendingNodes"), pending, "{name} pendingNodes");
+        // Nothing has been applied yet, so every policy still has nodes to change.
+        assert_eq!(p["ready"], json!(false), "{name} ready");
+        assert_eq!(str_field(p, "reason"), "Progressing", "{name} reason");
+        let counts = format!("{tainted} of {selected} selected nodes tainted");
+        assert!(
+            str_field(p, "message").contains(&counts),
+            "{name} message {:?} should say {counts:?}",
+            p["message"]
+        );
+    }
+}
+
+// ------------------------------------------------------------ the examples
+
+#[test]
+fn examples_plan_as_the_readme_says() {
+    let report = plan_json(&policy_examples(), &[cluster()], NOW);
+    assert_nodes(&report, &expected_nodes());
+    assert_policies(&report, &expected_policies());
+
+    // The reasons carry the facts the README gives for each change.
+    let reasons = |name: &str| node(&report, name)["reasons"].to_string();
+    assert!(
+        reasons("od-2").contains("PrivateLink=Down"),
+        "{}",
+        reasons("od-2")
+    );
+    assert!(
+        reasons("od-6").contains("NetworkInterfaceCard=Kaput"),
+        "{}",
+        reasons("od-6")
+    );
+    assert!(
+        reasons("od-4").contains("node-init-dld49"),
+        "{}",
+        reasons("od-4")
+    );
+    assert!(
+        reasons("od-4").contains("istio-cni-node-btrmb"),
+        "{}",
+        reasons("od-4")
+    );
+    assert!(
+        reasons("od-4").contains("example.net/NetworkReady"),
+        "{}",
+        reasons("od-4")
+    );
+    assert!(
+        reasons("spot-1").contains("SpotInterruption=True"),
+        "{}",
+        reasons("spot-1")
+    );
+}
+
+#[test]
+fn each_example_alone_gives_its_own_part_of_the_plan() {
+    // No two examples share a taint, so planned alone each gives exactly its own rows.
+    for (file, name) in [
+        ("spot-out-of-service.yaml", "spot-out-of-service"),
+        ("nic-kaput.yaml", "nic-kaput"),
+        ("startup-init-daemonset.yaml", "startup-init-daemonset"),
+        ("istio-cni-readiness.yaml", "istio-cni-readiness"),
+        ("cni-network-ready.yaml", "cni-network-ready"),
+    ] {
+        let report = plan_json(&[example(file)], &[cluster()], NOW);
+        let expected: Vec<NodeChanges> = expected_nodes()
+            .into_iter()
+            .map(|n| NodeChanges {
+                name: n.name,
+                add: n.add.into_iter().filter(|a| a.3 == name).collect(),
+                remove: n.remove.into_iter().filter(|r| r.2 == name).collect(),
+            })
+            .filter(|n| !n.add.is_empty() || !n.remove.is_empty())
+            .collect();
+        assert_nodes(&report, &expected);
+        let counts: Vec<_> = expected_policies()
+            .into_iter()
+            .filter(|p| p.0 == name)
+            .collect();
+        assert_policies(&report, &counts);
+    }
+}
+
+#[test]
+fn table_output_lists_every_change_and_policy() {
+    let out = plan(&policy_examples(), &[cluster()], &["--now", NOW]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    let table = stdout(&out);
+    for n in expected_nodes() {
+        for (key, _, effect, policy) in &n.add {
+            assert!(
+                table.lines().any(|l| l.contains(n.name)
+                    && l.contains(" add ")
+                    && l.contains(key)
+                    && l.contains(effect)
+                    && l.contains(policy)),
+                "no add row for {key} on {}:\n{table}",
+                n.name
+            );
+        }
+        for (key, effect, policy) in &n.remove {
+            assert!(
+                table.lines().any(|l| l.contains(n.name)
+                    && l.contains(" remove ")
+                    && l.contains(&format!("{key}:{effect}"))
+                    && l.contains(policy)),
+                "no remove row for {key} on {}:\n{table}",
+                n.name
+            );
+        }
+    }
+    // Nodes with nothing to change are left out.
+    for unchanged in ["cp-1", "od-3"] {
+        assert!(
+            !table.lines().any(|l| l.starts_with(unchanged)),
+            "{unchanged} has nothing to change:\n{table}"
+        );
+    }
+    for (name, selected, tainted, pending) in expected_policies() {
+        assert!(
+            table.lines().any(|l| {
+                let cells: Vec<&str> = l.split_whitespace().take(4).collect();
+                let want = [
+                    name.to_string(),
+                    selected.to_string(),
+                    tainted.to_string(),
+                    pending.to_string(),
+                ];
+                cells == want
+            }),
+            "no summary row for {name}:\n{table}"
+        );
+    }
+}
+
+// ------------------------------------------------------------ ways to pass the input
+
+/// Each example file as a JSON value.
+fn example_objects() -> Vec<Value> {
+    policy_examples()
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).expect("read an example");
+            serde_yaml::from_str(&text).expect("an example is YAML")
+        })
+        .collect()
+}
+
+#[test]
+fn many_files_one_multi_document_file_and_a_list_give_the_same_plan() {
+    let dir = TempDir::new("forms");
+    let separate = plan_json(&policy_examples(), &[cluster()], NOW);
+
+    let multi_doc: Vec<String> = policy_examples()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).expect("read an example"))
+        .collect();
+    let multi_doc = dir.write("all.yaml", &multi_doc.join("\n---\n"));
+    let from_multi_doc = plan_json(&[multi_doc], &[cluster()], NOW);
+    assert_eq!(from_multi_doc, separate, "one file, five documents");
+
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": example_objects()});
+    let list = dir.write("list.yaml", &serde_yaml::to_string(&list).expect("YAML"));
+    let from_list = plan_json(std::slice::from_ref(&list), &[cluster()], NOW);
+    assert_eq!(from_list, separate, "one kind: List");
+
+    // A mix: a List, then a file of two documents.
+    let objects = example_objects();
+    let head = json!({"apiVersion": "v1", "kind": "List", "items": objects[..3]});
+    let head = dir.write("head.yaml", &serde_yaml::to_string(&head).expect("YAML"));
+    let tail = format!(
+        "{}---\n{}",
+        serde_yaml::to_string(&objects[3]).expect("YAML"),
+        serde_yaml::to_string(&objects[4]).expect("YAML")
+    );
+    let tail = dir.write("tail.yaml", &tail);
+    assert_eq!(
+        plan_json(&[head, tail], &[cluster()], NOW),
+        separate,
+        "a List and two documents"
+    );
+
+    // --cluster more than once: the Nodes in one dump, the Pods in another.
+    let dump: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(cluster()).expect("read the dump"))
+            .expect("the dump is YAML");
+    let items = dump["items"].as_array().expect("the dump is a List");
+    let of_kind = |kind: &str| {
+        let items: Vec<&Value> = items.iter().filter(|i| i["kind"] == kind).collect();
+        json!({"apiVersion": "v1", "kind": "List", "items": items})
+    };
+    let nodes = dir.write(
+        "nodes.yaml",
+        &serde_yaml::to_string(&of_kind("Node")).expect("YAML"),
+    );
+    let pods = dir.write(
+        "pods.yaml",
+        &serde_yaml::to_string(&of_kind("Pod")).expect("YAML"),
+    );
+    assert_eq!(
+        plan_json(&[list], &[nodes, pods], NOW),
+        separate,
+        "Nodes and Pods in separate dumps"
+    );
+}
+
+#[test]
+fn the_for_window_ending_adds_cp_1() {
+    // cp-1 has been Ruined since 11:59:45: at 12:00:15 that is the 30 s nic-kaput asks for.
+    let report = plan_json(&policy_examples(), &[cluster()], WINDOW_END);
+    let mut expected = expected_nodes();
+    expected.push(NodeChanges {
+        name: "cp-1",
+        add: vec![(NIC, None, "NoSchedule", "nic-kaput")],
+        remove: vec![],
+    });
+    assert_nodes(&report, &expected);
+    let policies: Vec<_> = expected_policies()
+        .into_iter()
+        .map(|p| {
+            if p.0 == "nic-kaput" {
+                ("nic-kaput", 10, 3, 0)
+            } else {
+                p
+            }
+        })
+        .collect();
+    assert_policies(&report, &policies);
+    assert!(
+        node(&report, "cp-1")["reasons"]
+            .to_string()
+            .contains("NetworkInterfaceCard=Ruined for 30s"),
+        "{}",
+        node(&report, "cp-1")["reasons"]
+    );
+
+    // One second earlier the window is still running.
+    let before = plan_json(&policy_examples(), &[cluster()], "2026-11-20T12:00:14Z");
+    assert_nodes(&before, &expected_nodes());
+}
+
+// ------------------------------------------------------------ bad input
+
+const GOOD_POLICY: &str = "\
+apiVersion: nodetaint.io/v1alpha1
+kind: TaintPolicy
+metadata:
+  name: bad
+spec:
+  taints:
+    - key: example.com/broken
+      effect: NoSchedule
+  matchers:
+    - conditions:
+        - type: Ready
+          status: \"False\"
+";
+
+/// `GOOD_POLICY` with `from` replaced by `to` (which must occur).
+fn edited(from: &str, to: &str) -> String {
+    assert!(GOOD_POLICY.contains(from), "{from:?} is in the policy");
+    GOOD_POLICY.replacen(from, to, 1)
+}
+
+/// Runs plan and asserts exit 2 with one line on stderr containing every `needle`.
+fn assert_refused(policies: &[PathBuf], clusters: &[PathBuf], extra: &[&str], needles: &[&str]) {
+    let mut args = extra.to_vec();
+    if !args.contains(&"--now") {
+        args.extend(["--now", NOW]);
+    }
+    let out = plan(policies, clusters, &args);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "bad input exits 2; stderr: {err}"
+    );
+    assert_eq!(stdout(&out), "", "nothing on stdout");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "a panic is not an error message: {err}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr, got: {err}");
+    for needle in needles {
+        assert!(lines[0].contains(needle), "{needle:?} is named in: {err}");
+    }
+}
+
+#[test]
+fn a_good_policy_file_is_accepted() {
+    // The base the bad inputs below are edited from must itself be fine.
+    let dir = TempDir::new("good");
+    let good = dir.write("good.yaml", GOOD_POLICY);
+    let report = plan_json(&[good], &[cluster()], NOW);
+    assert_eq!(str_field(policy(&report, "bad"), "reason"), "Reconciled");
+}
+
+#[test]
+fn unreadable_files_are_named() {
+    let dir = TempDir::new("unreadable");
+    let missing = dir.0.join("missing.yaml");
+    assert_refused(
+        std::slice::from_ref(&missing),
+        &[cluster()],
+        &[],
+        &["missing.yaml", "cannot read"],
+    );
+    assert_refused(
+        &[example("nic-kaput.yaml")],
+        &[missing],
+        &[],
+        &["missing.yaml", "cannot read"],
+    );
+    // A directory is not a file to read either.
+    assert_refused(
+        std::slice::from_ref(&dir.0),
+        &[cluster()],
+        &[],
+        &[&dir.0.display().to_string(), "cannot read"],
+    );
+}
+
+#[test]
+fn yaml_syntax_errors_name_the_file_document_and_line() {
+    let dir = TempDir::new("syntax");
+    let text = format!("{GOOD_POLICY}---\napiVersion: v1\nmetadata: {{name: [oops\n");
+    let file = dir.write("syntax.yaml", &text);
+    assert_refused(
+        std::slice::from_ref(&file),
+        &[cluster()],
+        &[],
+        &["syntax.yaml", "document 2", "not valid YAML", "line"],
+    );
+    // The same in a cluster dump.
+    assert_refused(
+        &[example("nic-kaput.yaml")],
+        &[file],
+        &[],
+        &["syntax.yaml", "document 2", "not valid YAML"],
+    );
+}
+
+#[test]
+fn other_kinds_in_policy_files_are_refused() {
+    let dir = TempDir::new("kind");
+    let text = format!(
+        "{GOOD_POLICY}---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\n"
+    );
+    let file = dir.write("mixed.yaml", &text);
+    assert_refused(
+        &[file],
+        &[cluster()],
+        &[],
+        &[
+            "mixed.yaml",
+            "ConfigMap/settings",
+            "kind",
+            "not a TaintPolicy",
+        ],
+    );
+}
+
+#[test]
+fn invalid_policies_are_refused_naming_the_field() {
+    let dir = TempDir::new("invalid");
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "unknown-field",
+            edited("  taints:", "  colour: red\n  taints:"),
+            vec!["TaintPolicy/bad", "spec.colour", "unknown field"],
+        ),
+        (
+            "bad-effect",
+            edited("effect: NoSchedule", "effect: NoWay"),
+            vec!["TaintPolicy/bad", "spec.taints[0].effect", "NoWay"],
+        ),
+        (
+            "duplicate-taint",
+            edited(
+                "  matchers:",
+                "    - key: example.com/broken\n      value: again\n      effect: NoSchedule\n  matchers:",
+            ),
+            vec!["TaintPolicy/bad", "spec.taints", "unique by key+effect"],
+        ),
+        (
+            "neither",
+            GOOD_POLICY[..GOOD_POLICY.find("  matchers:").expect("matchers")].to_string(),
+            vec!["TaintPolicy/bad", "spec", "matchers", "readiness"],
+        ),
+        (
+            "bad-for",
+            edited(
+                "status: \"False\"",
+                "status: \"False\"\n          for: 30 seconds",
+            ),
+            vec!["TaintPolicy/bad", "spec.matchers[0].conditions[0].for"],
+        ),
+        (
+            "bad-percent",
+            format!("{GOOD_POLICY}  maxTaintedNodes: \"150%\"\n"),
+            vec!["TaintPolicy/bad", "spec.maxTaintedNodes"],
+        ),
+        (
+            "bad-operator",
+            edited(
+                "  taints:",
+                "  nodeSelector:\n    matchExpressions:\n      - {key: zone, operator: Near, values: [a]}\n  taints:",
+            ),
+            vec![
+                "TaintPolicy/bad",
+                "spec.nodeSelector.matchExpressions[0].operator",
+                "Near",
+            ],
+        ),
+        (
+            "api-version",
+            edited("nodetaint.io/v1alpha1", "nodetaint.io/v1"),
+            vec!["TaintPolicy/bad", "apiVersion", "nodetaint.io/v1"],
+        ),
+        (
+            "no-name",
+            edited("  name: bad", "  labels: {team: network}"),
+            vec!["TaintPolicy", "metadata.name"],
+        ),
+    ];
+    for (name, text, needles) in cases {
+        let file = dir.write(&format!("{name}.yaml"), &text);
+        let mut needles = needles;
+        let file_name = format!("{name}.yaml");
+        needles.push(&file_name);
+        assert_refused(&[file], &[cluster()], &[], &needles);
+    }
+}
+
+#[test]
+fn a_bad_policy_among_good_ones_is_named_by_its_own_name() {
+    let dir = TempDir::new("second");
+    let second = edited("  name: bad", "  name: second").replace("NoSchedule", "Never");
+    let file = dir.write(
+        "two.yaml",
+        &format!("{}---\n{second}", edited("bad", "first")),
+    );
+    assert_refused(
+        &[example("nic-kaput.yaml"), file],
+        &[cluster()],
+        &[],
+        &["two.yaml", "TaintPolicy/second", "spec.taints[0].effect"],
+    );
+}
+
+#[test]
+fn a_node_with_a_field_of_the_wrong_type_is_refused() {
+    let dir = TempDir::new("node");
+    let dump = "\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: n1
+  spec:
+    taints: not-a-list
+";
+    let file = dir.write("dump.yaml", dump);
+    assert_refused(
+        &[example("nic-kaput.yaml")],
+        &[cluster(), file],
+        &[],
+        &["dump.yaml", "Node/n1", "spec.taints"],
+    );
+}
+
+#[test]
+fn a_bad_now_is_refused() {
+    assert_refused(
+        &[example("nic-kaput.yaml")],
+        &[cluster()],
+        &["--now", "yesterday"],
+        &["--now", "yesterday", "RFC 3339"],
+    );
+}
+
+// ------------------------------------------------------------ invalid regex
+
+#[test]
+fn an_invalid_regex_reports_invalid_spec_and_changes_nothing() {
+    // The API server accepts any string as a regex; only the operator can tell this one
+    // is broken. The policy's other parts would taint od-2 (second matcher) and od-4/od-6
+    // (readiness) if it were applied.
+    let dir = TempDir::new("regex");
+    let broken = dir.write(
+        "broken-regex.yaml",
+        "\
+apiVersion: nodetaint.io/v1alpha1
+kind: TaintPolicy
+metadata:
+  name: broken-regex
+  creationTimestamp: \"2026-09-01T00:00:00Z\"
+spec:
+  taints:
+    - key: example.com/broken-regex
+      effect: NoExecute
+  matchers:
+    - conditions:
+        - type: NetworkInterfaceCard
+          status: \"(Kaput\"
+    - conditions:
+        - type: PrivateLink
+          status: Down
+  readiness:
+    conditions:
+      - type: example.net/NetworkReady
+        status: \"True\"
+",
+    );
+    let mut files = policy_examples();
+    files.push(broken);
+    let report = plan_json(&files, &[cluster()], NOW);
+
+    let p = policy(&report, "broken-regex");
+    assert_eq!(p["ready"], json!(false));
+    assert_eq!(str_field(p, "reason"), "InvalidSpec");
+    assert!(
+        str_field(p, "message").contains("spec.matchers[0].conditions[0].status"),
+        "the message names the field: {}",
+        p["message"]
+    );
+    assert_eq!(u64_field(p, "taintedNodes"), 0);
+    assert_eq!(u64_field(p, "pendingNodes"), 0);
+
+    // No node changes for it, and the other policies plan as before.
+    let mentions = report["nodes"]
+        .as_array()
+        .expect("nodes is a list")
+        .iter()
+        .flat_map(|n| {
+            n["add"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .chain(n["remove"].as_array().unwrap())
+        })
+        .filter(|c| c["policy"] == "broken-regex" || c["key"] == "example.com/broken-regex")
+        .count();
+    assert_eq!(mentions, 0, "no change for the invalid policy: {report:#}");
+    assert_nodes(&report, &expected_nodes());
+    let mut others = report.clone();
+    others["policies"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|p| p["name"] != "broken-regex");
+    assert_policies(&others, &expected_policies());
+}

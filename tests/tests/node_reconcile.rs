@@ -1,0 +1,745 @@
+//! The node controller against a mocked API server: every request it sends, exactly.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use support::{
+    harness, node, pod, policy, scenario,
+    verifier::{assert_event, conflict, node_invalid, patch_not_applied, test_failed},
+};
+use taint_operator::{
+    node_reconciler::{HELD_BACK_RECHECK, reconcile_node},
+    node_writer::MAX_ATTEMPTS,
+};
+use taint_operator_crd::{TaintEffect, TaintPolicy};
+
+const NIC: &str = "NetworkInterfaceCard";
+
+/// Taints `example.com/nic-broken=true:NoExecute` while the NIC is Kaput or Ruined.
+fn nic_policy() -> TaintPolicy {
+    policy("nic-broken")
+        .taint(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput|Ruined")
+        .build()
+}
+
+fn test_rv(rv: &str) -> Value {
+    json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
+}
+
+fn foreign_taint() -> Value {
+    json!({"key": "example.com/foreign", "effect": "NoSchedule"})
+}
+
+/// Our taint as the operator adds it: `timeAdded` is the operator's clock.
+fn nic_taint_added_now() -> Value {
+    json!({"key": "example.com/nic-broken", "value": "true", "effect": "NoExecute", "timeAdded": "2026-11-20T12:00:00Z"})
+}
+
+const MANAGED_PATH: &str = "/metadata/annotations/nodetaint.io~1managed-taints";
+const NIC_OWNED: &str = r#"{"example.com/nic-broken:NoExecute":"nic-broken"}"#;
+const ADDED_NOTE: &str = "policy nic-broken added example.com/nic-broken=true:NoExecute: condition NetworkInterfaceCard=Kaput matched";
+
+fn node_ref(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "name": name, "uid": format!("uid-{name}")})
+}
+
+#[tokio::test]
+async fn add_one_patch_with_foreign_taints_kept_then_an_event() {
+    let n1 = node("n1")
+        .condition(NIC, "Kaput")
+        .taint("example.com/foreign", None, "NoSchedule")
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    let metrics = h.metrics();
+    let action = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let written = api
+                .expect_node_patch(
+                    "n1",
+                    json!([
+                        test_rv("100"),
+                        {"op": "add", "path": "/spec/taints", "value": [foreign_taint(), nic_taint_added_now()]},
+                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                    ]),
+                )
+                .await;
+            // Not ours: the other annotation is still there on the server.
+            assert_eq!(
+                written["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"],
+                "0"
+            );
+            let event = api.expect_event().await;
+            assert_event(
+                &event,
+                "Normal",
+                "TaintAdded",
+                "AddTaint",
+                ADDED_NOTE,
+                node_ref("n1"),
+            );
+            let note = event["note"].as_str().unwrap();
+            assert!(note.contains("nic-broken") && note.contains("NetworkInterfaceCard=Kaput"));
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+    assert_eq!(action, Action::await_change());
+    assert_eq!(metrics.node_writes.get(), 1);
+    assert_eq!(metrics.node_write_conflicts.get(), 0);
+}
+
+#[tokio::test]
+async fn add_creates_the_annotation_map_on_a_node_without_annotations() {
+    let n1 = node("n1")
+        .without_annotations()
+        .condition(NIC, "Ruined")
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                    {"op": "add", "path": "/metadata/annotations", "value": {"nodetaint.io/managed-taints": NIC_OWNED}},
+                ]),
+            )
+            .await;
+            let event = api.expect_event().await;
+            assert_eq!(event["reason"], "TaintAdded");
+            assert_eq!(
+                event["note"],
+                "policy nic-broken added example.com/nic-broken=true:NoExecute: condition NetworkInterfaceCard=Ruined matched"
+            );
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn remove_an_owned_taint_and_the_annotation_when_nothing_is_left() {
+    let n1 = node("n1")
+        .condition(NIC, "Healthy")
+        .taint("example.com/foreign", None, "NoSchedule")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let written = api
+                .expect_node_patch(
+                    "n1",
+                    json!([
+                        test_rv("100"),
+                        {"op": "add", "path": "/spec/taints", "value": [foreign_taint()]},
+                        {"op": "remove", "path": MANAGED_PATH},
+                    ]),
+                )
+                .await;
+            assert_eq!(
+                written["metadata"]["annotations"],
+                json!({"node.alpha.kubernetes.io/ttl": "0"})
+            );
+            let event = api.expect_event().await;
+            assert_event(
+                &event,
+                "Normal",
+                "TaintRemoved",
+                "RemoveTaint",
+                "policy nic-broken removed example.com/nic-broken=true:NoExecute: no matcher matches",
+                node_ref("n1"),
+            );
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+    let removed = metrics.encode();
+    assert!(
+        removed.contains("taint_operator_taints_removed_total{policy=\"nic-broken\"} 1"),
+        "{removed}"
+    );
+}
+
+#[tokio::test]
+async fn remove_the_last_taint_removes_the_list() {
+    let n1 = node("n1")
+        .condition(NIC, "Healthy")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let written = api
+                .expect_node_patch(
+                    "n1",
+                    json!([
+                        test_rv("100"),
+                        {"op": "remove", "path": "/spec/taints"},
+                        {"op": "remove", "path": MANAGED_PATH},
+                    ]),
+                )
+                .await;
+            assert!(written["spec"].get("taints").is_none());
+            assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn remove_one_of_two_owned_taints_rewrites_the_annotation() {
+    let disk = policy("disk-full")
+        .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
+        .matcher("DiskPressure", "True")
+        .build();
+    let n1 = node("n1")
+        .condition(NIC, "Healthy")
+        .condition("DiskPressure", "True")
+        .taint("example.com/disk-full", None, "NoSchedule")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[
+            ("example.com/disk-full:NoSchedule", "disk-full"),
+            ("example.com/nic-broken:NoExecute", "nic-broken"),
+        ])
+        .build();
+    let (h, api) = harness(&[nic_policy(), disk], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [{"key": "example.com/disk-full", "effect": "NoSchedule"}]},
+                    {"op": "add", "path": MANAGED_PATH, "value": r#"{"example.com/disk-full:NoSchedule":"disk-full"}"#},
+                ]),
+            )
+            .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+}
+
+/// The first patch is refused because the node changed (someone added a taint);
+/// the operator re-reads it and writes a patch built on the fresh node.
+async fn retry_after(refusal: Value) {
+    let cached = node("n1")
+        .condition(NIC, "Kaput")
+        .taint("example.com/foreign", None, "NoSchedule")
+        .build();
+    let (h, mut api) = harness(&[nic_policy()], std::slice::from_ref(&cached));
+    // Meanwhile, on the server: an admin added a taint.
+    let fresh = node("n1")
+        .resource_version("101")
+        .condition(NIC, "Kaput")
+        .taint("example.com/foreign", None, "NoSchedule")
+        .taint("example.com/admin", Some("maintenance"), "NoSchedule")
+        .build();
+    api.nodes
+        .insert("n1".into(), serde_json::to_value(&fresh).unwrap());
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let first = json!([
+                test_rv("100"),
+                {"op": "add", "path": "/spec/taints", "value": [foreign_taint(), nic_taint_added_now()]},
+                {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+            ]);
+            let call = api.expect_node_patch_request("n1", &first).await;
+            // A real API server refuses it too: the `test` fails on the fresh node.
+            assert!(api.apply_node_patch("n1", &first).is_err());
+            call.reply_status(&refusal);
+            api.expect_node_get("n1").await;
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("101"),
+                    {"op": "add", "path": "/spec/taints", "value": [
+                        foreign_taint(),
+                        {"key": "example.com/admin", "value": "maintenance", "effect": "NoSchedule"},
+                        nic_taint_added_now(),
+                    ]},
+                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                ]),
+            )
+            .await;
+            let event = api.expect_event().await;
+            assert_eq!(event["reason"], "TaintAdded");
+            assert_eq!(event["note"], ADDED_NOTE);
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+    assert_eq!(metrics.node_write_conflicts.get(), 1);
+    assert_eq!(metrics.node_writes.get(), 2);
+}
+
+#[tokio::test]
+async fn conflict_409_rereads_and_keeps_the_new_foreign_taint() {
+    retry_after(conflict("n1")).await;
+}
+
+#[tokio::test]
+async fn failed_test_422_as_kube_apiserver_words_it_rereads() {
+    retry_after(patch_not_applied()).await;
+}
+
+#[tokio::test]
+async fn failed_test_422_naming_the_test_rereads() {
+    retry_after(test_failed()).await;
+}
+
+#[tokio::test]
+async fn a_422_validation_error_is_not_retried() {
+    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    let metrics = h.metrics();
+    let result = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect_node_patch_request(
+                    "n1",
+                    &json!([
+                        test_rv("100"),
+                        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                    ]),
+                )
+                .await;
+            call.reply_status(&node_invalid("n1"));
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await },
+    )
+    .await;
+    let err = result.expect_err("an invalid node is an error");
+    assert_eq!(err.category(), "ApiError");
+    assert!(err.to_string().contains("patch node n1"), "{err}");
+    assert_eq!(metrics.node_write_conflicts.get(), 0);
+}
+
+// Paused time: the backoff between attempts adds up to more than half a second.
+#[tokio::test(start_paused = true)]
+async fn conflicts_that_never_end_give_up_after_the_last_attempt() {
+    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    let metrics = h.metrics();
+    let result = scenario(
+        h,
+        api,
+        |mut api| async move {
+            for attempt in 0..MAX_ATTEMPTS {
+                // Each time the server's node has moved on by one version.
+                let rv = 100 + u64::from(attempt);
+                let call = api
+                    .expect_node_patch_request(
+                        "n1",
+                        &json!([
+                            test_rv(&rv.to_string()),
+                            {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                            {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                        ]),
+                    )
+                    .await;
+                call.reply_status(&conflict("n1"));
+                let server = api.nodes.get_mut("n1").unwrap();
+                server["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                api.expect_node_get("n1").await;
+            }
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await },
+    )
+    .await;
+    let err = result.expect_err("gives up");
+    assert_eq!(err.category(), "WriteConflict");
+    assert_eq!(metrics.node_write_conflicts.get(), u64::from(MAX_ATTEMPTS));
+}
+
+#[tokio::test]
+async fn converged_nodes_get_no_request_at_all() {
+    let nodes = [
+        // Tainted and owned while the NIC is broken.
+        node("tainted")
+            .condition(NIC, "Kaput")
+            .taint("example.com/foreign", None, "NoSchedule")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+            .build(),
+        // Healthy and clean.
+        node("clean").condition(NIC, "Healthy").build(),
+        // Someone else put the same taint there: never adopted, never duplicated.
+        node("foreign-same-taint")
+            .condition(NIC, "Kaput")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .build(),
+        // And it is never removed either when the NIC heals.
+        node("foreign-healed")
+            .condition(NIC, "Healthy")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .build(),
+    ];
+    let (h, api) = harness(&[nic_policy()], &nodes);
+    let metrics = h.metrics();
+    let actions = scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            let mut actions = Vec::new();
+            for name in ["tainted", "clean", "foreign-same-taint", "foreign-healed"] {
+                actions.push(reconcile_node(h.node(name), h.ctx.clone()).await.unwrap());
+            }
+            actions
+        },
+    )
+    .await;
+    assert!(actions.iter().all(|a| *a == Action::await_change()));
+    assert_eq!(metrics.node_writes.get(), 0);
+}
+
+#[tokio::test]
+async fn a_for_window_still_running_writes_nothing_and_comes_back_when_it_ends() {
+    let mut p = nic_policy();
+    p.spec.matchers[0].conditions[0].for_ = Some("90m".into());
+    // The condition changed at 11:00, the clock says 12:00: 30 minutes to go.
+    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[p], &[n1]);
+    let action = scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(30 * 60) + Duration::from_millis(5))
+    );
+}
+
+#[tokio::test]
+async fn max_tainted_nodes_taints_the_first_node_and_holds_the_second() {
+    let capped = policy("nic-broken")
+        .taint(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput|Ruined")
+        .max_tainted(IntOrString::Int(1))
+        .build();
+    let nodes = [
+        node("n1").condition(NIC, "Kaput").build(),
+        node("n2").condition(NIC, "Kaput").build(),
+    ];
+    let (h, api) = harness(&[capped], &nodes);
+    let (first, second, again) = scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                ]),
+            )
+            .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            // Nothing for n2: it is held back until there is room.
+            api
+        },
+        |h| async move {
+            let first = reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+            let second = reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
+            // Reconciling it again changes nothing: n1 keeps its place, n2 waits.
+            let again = reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
+            (first, second, again)
+        },
+    )
+    .await;
+    assert_eq!(first, Action::await_change());
+    // n2 waits, and is looked at again in a while: nothing else would wake it
+    // when n1 heals and frees the place.
+    let recheck = Action::requeue(HELD_BACK_RECHECK + Duration::from_millis(5));
+    assert_eq!(second, recheck);
+    assert_eq!(again, recheck);
+}
+
+#[tokio::test]
+async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
+    let capped = policy("nic-broken")
+        .taint(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput|Ruined")
+        .max_tainted(IntOrString::String("50%".into()))
+        .build();
+    let nodes = [
+        node("n1")
+            .condition(NIC, "Healthy")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+            .build(),
+        node("n2").condition(NIC, "Kaput").build(),
+    ];
+    let (h, api) = harness(&[capped], &nodes);
+    let (held, woken) = scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "remove", "path": "/spec/taints"},
+                    {"op": "remove", "path": MANAGED_PATH},
+                ]),
+            )
+            .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
+            api.expect_node_patch(
+                "n2",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                ]),
+            )
+            .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            api
+        },
+        |mut h| async move {
+            // 50% of 2 nodes: n1 holds the one place, so n2 waits.
+            let held = reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
+            assert!(h.changed_nodes.try_recv().is_err(), "nothing to wake yet");
+            // n1 heals: its taint goes, and n2 is woken for the place.
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+            let woken = h.changed_nodes.try_recv().expect("n2 is woken").name;
+            reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
+            (held, woken)
+        },
+    )
+    .await;
+    assert_eq!(
+        held,
+        Action::requeue(HELD_BACK_RECHECK + Duration::from_millis(5))
+    );
+    assert_eq!(woken, "n2");
+}
+
+#[tokio::test]
+async fn readiness_policies_wait_for_their_pod_watches_before_writing() {
+    let p = policy("cni-not-ready")
+        .taint("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
+        .critical_pod("istio-cni", "kube-system", "istio")
+        .build();
+    let n1 = node("n1").build();
+    let (h, api) = harness(&[p], &[n1]);
+    let action = scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+    assert_eq!(action, Action::requeue(Duration::from_millis(200)));
+}
+
+#[tokio::test]
+async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
+    let p = policy("cni-not-ready")
+        .taint("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
+        .critical_pod("istio-cni", "kube-system", "istio")
+        .build();
+    let n1 = node("n1").build();
+    let (h, api) = harness(&[p], &[n1]);
+    {
+        let mut pods = h.ctx.pods.write().unwrap();
+        for p in [
+            pod("kube-system", "istio-cni-b")
+                .on("n1")
+                .label("app", "istio")
+                .ready(false),
+            pod("kube-system", "istio-cni-a")
+                .on("n1")
+                .label("app", "istio")
+                .ready(false),
+            // Ready, but on another node.
+            pod("kube-system", "istio-cni-c")
+                .on("n2")
+                .label("app", "istio")
+                .ready(true),
+            // Ready, on the node, but not selected.
+            pod("kube-system", "other")
+                .on("n1")
+                .label("app", "other")
+                .ready(true),
+        ] {
+            pods.upsert(1, &p.build());
+        }
+    }
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [{"key": "example.com/cni-not-ready", "effect": "NoSchedule"}]},
+                    {"op": "add", "path": MANAGED_PATH, "value": r#"{"example.com/cni-not-ready:NoSchedule":"cni-not-ready"}"#},
+                ]),
+            )
+            .await;
+            let event = api.expect_event().await;
+            assert_event(
+                &event,
+                "Normal",
+                "TaintAdded",
+                "AddTaint",
+                "policy cni-not-ready added example.com/cni-not-ready:NoSchedule: critical pod istio-cni is not Ready (kube-system/istio-cni-a)",
+                node_ref("n1"),
+            );
+            api
+        },
+        |h| async move {
+            // converge_node is what reconcile_node runs once the pod watches have listed.
+            let set = h.ctx.policy_set();
+            let n1 = (*h.node("n1")).clone();
+            taint_operator::node_reconciler::converge_node(&h.ctx, &set, n1)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+}
+
+/// After a restart the operator has reconciled nothing yet, but a node may already
+/// carry the policy's taints: that node holds the only place, whatever the order
+/// the nodes are reconciled in.
+#[tokio::test]
+async fn max_tainted_nodes_counts_nodes_already_tainted_before_a_restart() {
+    let capped = policy("nic-broken")
+        .taint(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput|Ruined")
+        .max_tainted(IntOrString::Int(1))
+        .build();
+    let nodes = [
+        node("n1")
+            .condition(NIC, "Kaput")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+            .build(),
+        node("n2").condition(NIC, "Kaput").build(),
+    ];
+    let (h, api) = harness(&[capped], &nodes);
+    let action = scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move { reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+    // Held back: it comes back to see whether room has freed up.
+    assert_eq!(
+        action,
+        Action::requeue(HELD_BACK_RECHECK + Duration::from_millis(5))
+    );
+}
+
+/// Two policies taint the node in the same write: one event each, each naming its
+/// policy (the event recorder must not fold the second into the first).
+#[tokio::test]
+async fn two_policies_adding_in_one_write_get_an_event_each() {
+    let disk = policy("disk-full")
+        .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
+        .matcher("DiskPressure", "True")
+        .created("2026-01-02T00:00:00Z")
+        .build();
+    let n1 = node("n1")
+        .condition(NIC, "Kaput")
+        .condition("DiskPressure", "True")
+        .build();
+    let (h, api) = harness(&[nic_policy(), disk], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [
+                        {"key": "example.com/disk-full", "effect": "NoSchedule"},
+                        nic_taint_added_now(),
+                    ]},
+                    {"op": "add", "path": MANAGED_PATH, "value": r#"{"example.com/disk-full:NoSchedule":"disk-full","example.com/nic-broken:NoExecute":"nic-broken"}"#},
+                ]),
+            )
+            .await;
+            let mut notes = Vec::new();
+            for _ in 0..2 {
+                let event = api.expect_event().await;
+                assert_eq!(event["reason"], "TaintAdded");
+                notes.push(event["note"].as_str().unwrap().to_string());
+            }
+            notes.sort();
+            assert_eq!(
+                notes,
+                vec![
+                    "policy disk-full added example.com/disk-full:NoSchedule: condition DiskPressure=True matched".to_string(),
+                    ADDED_NOTE.to_string(),
+                ]
+            );
+            api
+        },
+        |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+    )
+    .await;
+}

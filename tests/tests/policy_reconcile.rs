@@ -1,0 +1,778 @@
+//! The policy controller and the status writer against a mocked API server:
+//! the finalizer, cleanup on delete, status patches, dry runs and invalid specs.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use http::Method;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use support::{
+    harness, node, policy, ready_condition, scenario,
+    verifier::{EVENTS_PATH, FIELD_MANAGER_QUERY, JSON_PATCH, MERGE_PATCH, assert_event},
+};
+use taint_operator::{
+    node_reconciler::reconcile_node, policy_reconciler::reconcile_policy,
+    policy_status::refresh_all,
+};
+use taint_operator_crd::{Mode, TaintEffect, TaintPolicy, TaintPolicyStatus};
+
+const NIC: &str = "NetworkInterfaceCard";
+const POLICIES: &str = "/apis/nodetaint.io/v1alpha1/taintpolicies";
+const MANAGED_PATH: &str = "/metadata/annotations/nodetaint.io~1managed-taints";
+const BOOTSTRAPPED_PATH: &str = "/metadata/annotations/nodetaint.io~1bootstrapped";
+
+fn nic_policy() -> support::PolicyBuilder {
+    policy("nic-broken")
+        .taint(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput|Ruined")
+}
+
+fn test_rv(rv: &str) -> Value {
+    json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
+}
+
+fn policy_ref(name: &str) -> Value {
+    json!({"apiVersion": "nodetaint.io/v1alpha1", "kind": "TaintPolicy", "name": name, "uid": format!("uid-{name}")})
+}
+
+fn as_json(p: &TaintPolicy) -> Value {
+    serde_json::to_value(p).unwrap()
+}
+
+// ------------------------------------------------------------------ finalizer
+
+#[tokio::test]
+async fn a_new_policy_gets_the_finalizer_first() {
+    let p = nic_policy().unfinalized().build();
+    let (h, api) = harness(std::slice::from_ref(&p), &[]);
+    let reply = {
+        let mut p = p.clone();
+        p.metadata.finalizers = Some(vec!["nodetaint.io/cleanup".into()]);
+        as_json(&p)
+    };
+    let action = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect(Method::PATCH, &format!("{POLICIES}/nic-broken"), None)
+                .await;
+            assert_eq!(call.content_type.as_deref(), Some(JSON_PATCH));
+            assert_eq!(
+                call.body,
+                json!([
+                    {"op": "test", "path": "/metadata/finalizers", "value": null},
+                    {"op": "add", "path": "/metadata/finalizers", "value": ["nodetaint.io/cleanup"]},
+                ])
+            );
+            call.reply(200, &reply);
+            api
+        },
+        |h| async move {
+            reconcile_policy(h.policy("nic-broken"), h.ctx.clone())
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn the_finalizer_is_appended_after_someone_elses() {
+    let mut p = nic_policy().unfinalized().build();
+    p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    let (h, api) = harness(std::slice::from_ref(&p), &[]);
+    let reply = as_json(&p);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect(Method::PATCH, &format!("{POLICIES}/nic-broken"), None)
+                .await;
+            assert_eq!(
+                call.body,
+                json!([
+                    {"op": "test", "path": "/metadata/finalizers", "value": ["example.com/keep"]},
+                    {"op": "add", "path": "/metadata/finalizers/-", "value": "nodetaint.io/cleanup"},
+                ])
+            );
+            call.reply(200, &reply);
+            api
+        },
+        |h| async move {
+            reconcile_policy(h.policy("nic-broken"), h.ctx.clone())
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_finalized_policy_sends_nothing_and_wakes_the_status_writer() {
+    let p = nic_policy().build();
+    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[p], &[n1]);
+    scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            let action = reconcile_policy(h.policy("nic-broken"), h.ctx.clone())
+                .await
+                .unwrap();
+            assert_eq!(action, Action::await_change());
+            // The status writer has been asked to run.
+            tokio::time::timeout(
+                std::time::Duration::from_millis(100),
+                h.ctx.status_refresh.notified(),
+            )
+            .await
+            .expect("status refresh was requested");
+        },
+    )
+    .await;
+}
+
+/// A BootstrapOnly readiness policy, deleted: its finalizer holds it.
+fn cni_policy() -> support::PolicyBuilder {
+    policy("cni-not-ready")
+        .taint("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
+        .readiness_condition("example.net/NetworkReady", "True")
+        .mode(Mode::BootstrapOnly)
+}
+
+fn other_policy() -> TaintPolicy {
+    policy("disk-full")
+        .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
+        .matcher("DiskPressure", "True")
+        .build()
+}
+
+#[tokio::test]
+async fn deleting_a_policy_cleans_every_node_that_mentions_it_then_drops_the_finalizer() {
+    let live = cni_policy().build();
+    let mut deleting = cni_policy().deleting().build();
+    deleting.metadata.finalizers = Some(vec![
+        "example.com/keep".into(),
+        "nodetaint.io/cleanup".into(),
+    ]);
+    let nodes = [
+        // Still not ready: carries the owned taint, next to someone else's.
+        node("n1")
+            .taint("example.com/foreign", None, "NoSchedule")
+            .taint("example.com/cni-not-ready", None, "NoSchedule")
+            .owned(&[("example.com/cni-not-ready:NoSchedule", "cni-not-ready")])
+            .build(),
+        // Completed long ago: only its bootstrap record, next to another policy's taint.
+        node("n2")
+            .condition("example.net/NetworkReady", "True")
+            .condition("DiskPressure", "True")
+            .taint("example.com/disk-full", None, "NoSchedule")
+            .owned(&[("example.com/disk-full:NoSchedule", "disk-full")])
+            .annotation(
+                "nodetaint.io/bootstrapped",
+                r#"{"cni-not-ready":"uid-cni-not-ready@2026-11-20T10:00:00Z"}"#,
+            )
+            .build(),
+        // Does not mention the policy: an identical taint someone else put there stays.
+        node("n3")
+            .taint("example.com/cni-not-ready", None, "NoSchedule")
+            .build(),
+    ];
+    // The policy watcher has not seen the deletion yet: the set still has it live.
+    let (h, api) = harness(&[live, other_policy()], &nodes);
+    let reply = {
+        let mut p = deleting.clone();
+        p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        as_json(&p)
+    };
+    let action = scenario(
+        h,
+        api,
+        |mut api| async move {
+            // Nodes are cleaned concurrently: take their requests in any order.
+            let mut pending: BTreeSet<&str> = ["n1 patch", "n1 event", "n2 patch"].into();
+            while !pending.is_empty() {
+                let call = api.next_call(&format!("{pending:?}")).await;
+                match (call.method.as_str(), call.path.as_str()) {
+                    ("PATCH", "/api/v1/nodes/n1") => {
+                        assert!(pending.remove("n1 patch"), "n1 patched twice");
+                        assert_eq!(call.query_pairs(), vec![("fieldManager".into(), "taint-operator".into())]);
+                        assert_eq!(
+                            call.body,
+                            json!([
+                                test_rv("100"),
+                                {"op": "add", "path": "/spec/taints", "value": [{"key": "example.com/foreign", "effect": "NoSchedule"}]},
+                                {"op": "remove", "path": MANAGED_PATH},
+                            ])
+                        );
+                        let written = api.apply_node_patch("n1", &call.body).unwrap();
+                        call.reply(200, &written);
+                    }
+                    ("PATCH", "/api/v1/nodes/n2") => {
+                        assert!(pending.remove("n2 patch"), "n2 patched twice");
+                        assert_eq!(
+                            call.body,
+                            json!([
+                                test_rv("100"),
+                                {"op": "remove", "path": BOOTSTRAPPED_PATH},
+                            ])
+                        );
+                        let written = api.apply_node_patch("n2", &call.body).unwrap();
+                        assert_eq!(
+                            written["spec"]["taints"],
+                            json!([{"key": "example.com/disk-full", "effect": "NoSchedule"}])
+                        );
+                        call.reply(200, &written);
+                    }
+                    ("POST", EVENTS_PATH) => {
+                        assert!(!pending.contains("n1 patch"), "event before the write");
+                        assert!(pending.remove("n1 event"), "a second event");
+                        assert_event(
+                            &call.body,
+                            "Normal",
+                            "TaintRemoved",
+                            "RemoveTaint",
+                            "policy cni-not-ready removed example.com/cni-not-ready:NoSchedule: policy is being deleted",
+                            json!({"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1"}),
+                        );
+                        let body = call.body.clone();
+                        call.reply(201, &body);
+                    }
+                    _ => panic!("unexpected request during cleanup: {}", call.describe()),
+                }
+            }
+            // Only then, the finalizer goes: by index, guarded by a test of that index.
+            let call = api
+                .expect(Method::PATCH, &format!("{POLICIES}/cni-not-ready"), None)
+                .await;
+            assert_eq!(call.content_type.as_deref(), Some(JSON_PATCH));
+            assert_eq!(
+                call.body,
+                json!([
+                    {"op": "test", "path": "/metadata/finalizers/1", "value": "nodetaint.io/cleanup"},
+                    {"op": "remove", "path": "/metadata/finalizers/1"},
+                ])
+            );
+            call.reply(200, &reply);
+            api
+        },
+        |h| async move {
+            reconcile_policy(std::sync::Arc::new(deleting), h.ctx.clone())
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn a_failed_cleanup_keeps_the_finalizer() {
+    let deleting = nic_policy().deleting().build();
+    let n1 = node("n1")
+        .condition(NIC, "Kaput")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (h, api) = harness(std::slice::from_ref(&deleting), &[n1]);
+    let result = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect(Method::PATCH, "/api/v1/nodes/n1", Some(FIELD_MANAGER_QUERY))
+                .await;
+            call.reply_status(&json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500
+            }));
+            // No finalizer patch follows.
+            api
+        },
+        |h| async move { reconcile_policy(h.policy("nic-broken"), h.ctx.clone()).await },
+    )
+    .await;
+    let err = result.expect_err("cleanup failed");
+    assert_eq!(err.category(), "CleanupPending");
+}
+
+#[tokio::test]
+async fn a_deleted_policy_without_our_finalizer_is_left_alone() {
+    let mut p = nic_policy().deleting().build();
+    p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    let n1 = node("n1")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (h, api) = harness(std::slice::from_ref(&p), &[n1]);
+    scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            reconcile_policy(h.policy("nic-broken"), h.ctx.clone())
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+}
+
+// --------------------------------------------------------------------- status
+
+fn status_path(name: &str) -> String {
+    format!("{POLICIES}/{name}/status")
+}
+
+/// Expects the status merge patch of `name` with exactly `status`, and answers it.
+async fn expect_status(api: &mut support::ApiServerVerifier, policy: &TaintPolicy, status: Value) {
+    let name = policy.metadata.name.as_deref().unwrap();
+    let call = api
+        .expect(Method::PATCH, &status_path(name), Some(FIELD_MANAGER_QUERY))
+        .await;
+    assert_eq!(call.content_type.as_deref(), Some(MERGE_PATCH));
+    assert_eq!(
+        call.body,
+        json!({ "status": status }),
+        "status patch\n got: {:#}",
+        call.body
+    );
+    let mut reply = as_json(policy);
+    reply["status"] = status;
+    call.reply(200, &reply);
+}
+
+fn two_taint_policy() -> support::PolicyBuilder {
+    nic_policy()
+        .taint("example.com/nic-broken", None, TaintEffect::NoSchedule)
+        .generation(3)
+}
+
+fn broken_and_tainted(name: &str) -> k8s_openapi::api::core::v1::Node {
+    node(name)
+        .condition(NIC, "Kaput")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint("example.com/nic-broken", None, "NoSchedule")
+        .owned(&[
+            ("example.com/nic-broken:NoExecute", "nic-broken"),
+            ("example.com/nic-broken:NoSchedule", "nic-broken"),
+        ])
+        .build()
+}
+
+#[tokio::test]
+async fn status_is_patched_exactly_once_and_not_again_when_equal() {
+    let p = two_taint_policy().build();
+    let nodes = [
+        broken_and_tainted("zeta"),
+        node("mid").condition(NIC, "Healthy").build(),
+        broken_and_tainted("alpha"),
+    ];
+    let (h, api) = harness(std::slice::from_ref(&p), &nodes);
+    let status = json!({
+        "observedGeneration": 3,
+        "taints": "example.com/nic-broken=true:NoExecute,example.com/nic-broken:NoSchedule",
+        "selectedNodes": 3,
+        "taintedNodes": 2,
+        "pendingNodes": 0,
+        "taintedNodeNames": ["alpha", "zeta"],
+        "conditions": [{
+            "type": "Ready",
+            "status": "True",
+            "reason": "Reconciled",
+            "message": "2 of 3 selected nodes tainted",
+            "observedGeneration": 3,
+            "lastTransitionTime": "2026-11-20T12:00:00Z",
+        }],
+    });
+    let written: TaintPolicyStatus = serde_json::from_value(status.clone()).unwrap();
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        {
+            let p = p.clone();
+            |mut api| async move {
+                expect_status(&mut api, &p, status).await;
+                api
+            }
+        },
+        |mut h| async move {
+            refresh_all(&h.ctx).await.unwrap();
+            // The watch brings our write back; the next refresh has nothing to say.
+            let mut p = p;
+            p.status = Some(written);
+            h.put_policy(p);
+            refresh_all(&h.ctx).await.unwrap();
+        },
+    )
+    .await;
+    assert_eq!(metrics.status_writes.get(), 1);
+    let encoded = metrics.encode();
+    assert!(
+        encoded.contains("taint_operator_tainted_nodes{policy=\"nic-broken\"} 2"),
+        "{encoded}"
+    );
+}
+
+#[tokio::test]
+async fn last_transition_time_moves_only_when_ready_changes() {
+    // Written a while ago, when one node was selected.
+    let old = TaintPolicyStatus {
+        observed_generation: Some(3),
+        taints: Some(
+            "example.com/nic-broken=true:NoExecute,example.com/nic-broken:NoSchedule".into(),
+        ),
+        selected_nodes: 1,
+        tainted_nodes: 1,
+        pending_nodes: 0,
+        tainted_node_names: vec!["alpha".into()],
+        conditions: vec![ready_condition(
+            "True",
+            "Reconciled",
+            "1 of 1 selected nodes tainted",
+            3,
+            "2026-11-01T08:00:00Z",
+        )],
+    };
+    let p = two_taint_policy().status(old).build();
+    let nodes = [
+        broken_and_tainted("alpha"),
+        node("beta").condition(NIC, "Healthy").build(),
+    ];
+    let (h, api) = harness(std::slice::from_ref(&p), &nodes);
+    let still_ready = json!({
+        "observedGeneration": 3,
+        "taints": "example.com/nic-broken=true:NoExecute,example.com/nic-broken:NoSchedule",
+        "selectedNodes": 2,
+        "taintedNodes": 1,
+        "pendingNodes": 0,
+        "taintedNodeNames": ["alpha"],
+        "conditions": [{
+            "type": "Ready",
+            "status": "True",
+            "reason": "Reconciled",
+            "message": "1 of 2 selected nodes tainted",
+            "observedGeneration": 3,
+            // Same Ready status, new message: the transition time stays.
+            "lastTransitionTime": "2026-11-01T08:00:00Z",
+        }],
+    });
+    let progressing = json!({
+        "observedGeneration": 3,
+        "taints": "example.com/nic-broken=true:NoExecute,example.com/nic-broken:NoSchedule",
+        "selectedNodes": 2,
+        "taintedNodes": 2,
+        "pendingNodes": 0,
+        "taintedNodeNames": ["alpha", "beta"],
+        "conditions": [{
+            "type": "Ready",
+            "status": "False",
+            "reason": "Progressing",
+            "message": "1 node(s) still to change; 2 of 2 selected nodes tainted",
+            "observedGeneration": 3,
+            "lastTransitionTime": "2026-11-20T12:00:00Z",
+        }],
+    });
+    let still_ready_status: TaintPolicyStatus =
+        serde_json::from_value(still_ready.clone()).unwrap();
+    scenario(
+        h,
+        api,
+        {
+            let p = p.clone();
+            |mut api| async move {
+                expect_status(&mut api, &p, still_ready).await;
+                expect_status(&mut api, &p, progressing).await;
+                api
+            }
+        },
+        |mut h| async move {
+            refresh_all(&h.ctx).await.unwrap();
+            let mut p = p;
+            p.status = Some(still_ready_status);
+            h.put_policy(p);
+            // beta's NIC breaks; its taint is not on yet.
+            h.put_node(node("beta").condition(NIC, "Kaput").build());
+            refresh_all(&h.ctx).await.unwrap();
+        },
+    )
+    .await;
+}
+
+// -------------------------------------------------------------------- dry run
+
+#[tokio::test]
+async fn a_dry_run_touches_no_node_and_reports_what_it_would_do() {
+    let p = nic_policy().dry_run().build();
+    let nodes = [
+        node("n1").condition(NIC, "Kaput").build(),
+        // Tainted before the policy became a dry run, healed since: frozen, not removed.
+        node("n2")
+            .condition(NIC, "Healthy")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+            .build(),
+    ];
+    let (h, api) = harness(std::slice::from_ref(&p), &nodes);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        {
+            let p = p.clone();
+            |mut api| async move {
+                expect_status(
+                    &mut api,
+                    &p,
+                    json!({
+                        "observedGeneration": 1,
+                        "taints": "example.com/nic-broken=true:NoExecute",
+                        "selectedNodes": 2,
+                        "taintedNodes": 1,
+                        "pendingNodes": 0,
+                        "taintedNodeNames": ["n1"],
+                        "conditions": [{
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "DryRun",
+                            "message": "dry run: would keep 1 of 2 selected nodes tainted",
+                            "observedGeneration": 1,
+                            "lastTransitionTime": "2026-11-20T12:00:00Z",
+                        }],
+                    }),
+                )
+                .await;
+                api
+            }
+        },
+        |h| async move {
+            for n in ["n1", "n2"] {
+                let action = reconcile_node(h.node(n), h.ctx.clone()).await.unwrap();
+                assert_eq!(action, Action::await_change());
+            }
+            refresh_all(&h.ctx).await.unwrap();
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 0);
+}
+
+// ---------------------------------------------------------------- InvalidSpec
+
+const BAD_REGEX_MESSAGE: &str =
+    "spec.matchers[0].conditions[0].status: invalid regex \"Kaput(\": error: unclosed group";
+
+#[tokio::test]
+async fn an_invalid_regex_changes_no_node_and_says_which_field() {
+    let p = policy("bad-regex")
+        .taint(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput(")
+        .build();
+    let nodes = [
+        node("n1").condition(NIC, "Kaput").build(),
+        // Owned from before the edit broke the spec: frozen.
+        node("n2")
+            .condition(NIC, "Healthy")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .owned(&[("example.com/nic-broken:NoExecute", "bad-regex")])
+            .build(),
+    ];
+    let (h, api) = harness(std::slice::from_ref(&p), &nodes);
+    let status = json!({
+        "observedGeneration": 1,
+        "taints": "example.com/nic-broken=true:NoExecute",
+        "selectedNodes": 0,
+        "taintedNodes": 0,
+        "pendingNodes": 0,
+        "taintedNodeNames": [],
+        "conditions": [{
+            "type": "Ready",
+            "status": "False",
+            "reason": "InvalidSpec",
+            "message": BAD_REGEX_MESSAGE,
+            "observedGeneration": 1,
+            "lastTransitionTime": "2026-11-20T12:00:00Z",
+        }],
+    });
+    let written: TaintPolicyStatus = serde_json::from_value(status.clone()).unwrap();
+    scenario(
+        h,
+        api,
+        {
+            let p = p.clone();
+            |mut api| async move {
+                expect_status(&mut api, &p, status).await;
+                let event = api.expect_event().await;
+                assert_event(
+                    &event,
+                    "Warning",
+                    "InvalidSpec",
+                    "Evaluate",
+                    BAD_REGEX_MESSAGE,
+                    policy_ref("bad-regex"),
+                );
+                api
+            }
+        },
+        |mut h| async move {
+            for n in ["n1", "n2"] {
+                reconcile_node(h.node(n), h.ctx.clone()).await.unwrap();
+            }
+            refresh_all(&h.ctx).await.unwrap();
+            // Once the status says so, neither the status nor the warning repeats.
+            let mut p = p;
+            p.status = Some(written);
+            h.put_policy(p);
+            refresh_all(&h.ctx).await.unwrap();
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_newer_of_two_policies_declaring_a_taint_reports_a_conflict() {
+    let older = nic_policy().build();
+    let newer = policy("nic-broken-too")
+        .created("2026-02-01T00:00:00Z")
+        .taint(
+            "example.com/nic-broken",
+            Some("other"),
+            TaintEffect::NoExecute,
+        )
+        .matcher(NIC, "Kaput")
+        .build();
+    let n1 = node("n1").condition(NIC, "Healthy").build();
+    let (h, api) = harness(&[newer.clone(), older.clone()], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            // Oldest first.
+            expect_status(
+                &mut api,
+                &older,
+                json!({
+                    "observedGeneration": 1,
+                    "taints": "example.com/nic-broken=true:NoExecute",
+                    "selectedNodes": 1,
+                    "taintedNodes": 0,
+                    "pendingNodes": 0,
+                    "taintedNodeNames": [],
+                    "conditions": [{
+                        "type": "Ready", "status": "True", "reason": "Reconciled",
+                        "message": "0 of 1 selected nodes tainted",
+                        "observedGeneration": 1, "lastTransitionTime": "2026-11-20T12:00:00Z",
+                    }],
+                }),
+            )
+            .await;
+            let message = "taint example.com/nic-broken:NoExecute is owned by older policy nic-broken; 0 of 1 selected nodes tainted";
+            expect_status(
+                &mut api,
+                &newer,
+                json!({
+                    "observedGeneration": 1,
+                    "taints": "example.com/nic-broken=other:NoExecute",
+                    "selectedNodes": 1,
+                    "taintedNodes": 0,
+                    "pendingNodes": 0,
+                    "taintedNodeNames": [],
+                    "conditions": [{
+                        "type": "Ready", "status": "False", "reason": "Conflict",
+                        "message": message,
+                        "observedGeneration": 1, "lastTransitionTime": "2026-11-20T12:00:00Z",
+                    }],
+                }),
+            )
+            .await;
+            let event = api.expect_event().await;
+            assert_event(
+                &event,
+                "Warning",
+                "Conflict",
+                "Evaluate",
+                message,
+                policy_ref("nic-broken-too"),
+            );
+            api
+        },
+        |h| async move { refresh_all(&h.ctx).await.unwrap() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_policy_being_deleted_gets_no_status_write() {
+    let p = nic_policy().deleting().build();
+    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[p], &[n1]);
+    scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move { refresh_all(&h.ctx).await.unwrap() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_node_held_back_by_max_tainted_nodes_is_reported_pending() {
+    let p = nic_policy()
+        .max_tainted(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+        .build();
+    let nodes = [
+        node("n1")
+            .condition(NIC, "Kaput")
+            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+            .build(),
+        node("n2").condition(NIC, "Ruined").build(),
+    ];
+    let (h, api) = harness(std::slice::from_ref(&p), &nodes);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            expect_status(
+                &mut api,
+                &p,
+                json!({
+                    "observedGeneration": 1,
+                    "taints": "example.com/nic-broken=true:NoExecute",
+                    "selectedNodes": 2,
+                    "taintedNodes": 1,
+                    "pendingNodes": 1,
+                    "taintedNodeNames": ["n1"],
+                    "conditions": [{
+                        "type": "Ready", "status": "False", "reason": "LimitReached",
+                        "message": "1 node(s) held back by maxTaintedNodes (limit 1); 1 of 2 selected nodes tainted",
+                        "observedGeneration": 1, "lastTransitionTime": "2026-11-20T12:00:00Z",
+                    }],
+                }),
+            )
+            .await;
+            api
+        },
+        |h| async move {
+            // n2 is held back: no write.
+            reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
+            refresh_all(&h.ctx).await.unwrap();
+        },
+    )
+    .await;
+}
