@@ -195,7 +195,17 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         ctx.clone(),
     )
     .for_each(|_| future::ready(()));
-    let controllers = future::join(nodes, policies);
+    // Reconciles still waiting for the caches to sync would hold a graceful shutdown
+    // forever: give running work a bounded time to finish, then go.
+    let drain_limit = shutdown
+        .clone()
+        .then(|_| tokio::time::sleep(Duration::from_secs(10)));
+    let controllers = async {
+        tokio::select! {
+            _ = future::join(nodes, policies) => {}
+            _ = drain_limit => tracing::warn!("reconciles still running 10 s after shutdown was requested; exiting"),
+        }
+    };
     match &elector {
         Some(e) => {
             tokio::select! {
