@@ -240,7 +240,7 @@ impl Harness {
 }
 
 /// Applies `taint-operator crd` with the admin credentials and waits until it is served.
-async fn install_crd(client: &Client, bin: &Path) -> Result<()> {
+pub async fn install_crd(client: &Client, bin: &Path) -> Result<()> {
     let out = Command::new(bin).arg("crd").output().await?;
     if !out.status.success() {
         bail!(

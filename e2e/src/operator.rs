@@ -198,19 +198,7 @@ impl Operator {
     }
 
     async fn get(&self, path: &str) -> Result<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-            .await?;
-        let mut buf = Vec::new();
-        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await??;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad HTTP answer from the operator: {head:?}"))?;
-        Ok((status, body.to_string()))
+        http_get(self.port, path, Duration::from_secs(5)).await
     }
 
     /// The operator's `/metrics` right now.
@@ -311,4 +299,21 @@ impl Metrics {
     pub fn node_write_conflicts(&self) -> u64 {
         self.get("taint_operator_node_write_conflicts_total") as u64
     }
+}
+
+/// A plain HTTP GET of the operator's metrics/health port: (status, body).
+pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(timeout, s.read_to_end(&mut buf)).await??;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad HTTP answer from the operator: {head:?}"))?;
+    Ok((status, body.to_string()))
 }

@@ -33,7 +33,6 @@ use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
     api::core::v1::{Namespace, Node},
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
     jiff::Timestamp,
 };
@@ -45,11 +44,7 @@ use kube::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, TaintPolicy};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-    process::{Child, Command},
-};
+use tokio::process::{Child, Command};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T = ()> = std::result::Result<T, Error>;
@@ -927,19 +922,7 @@ impl OperatorProc {
     }
 
     async fn get(&self, path: &str) -> Result<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-            .await?;
-        let mut buf = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await??;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad HTTP answer from the operator: {head:?}"))?;
-        Ok((status, body.to_string()))
+        taint_operator_e2e::operator::http_get(self.port, path, Duration::from_secs(10)).await
     }
 
     async fn metrics(&self) -> Result<OpMetrics> {
@@ -1314,42 +1297,7 @@ async fn create_all(
 }
 
 async fn install_crd(client: &Client, bin: &Path) -> Result {
-    let out = Command::new(bin).arg("crd").output().await?;
-    if !out.status.success() {
-        bail!(
-            "{} crd failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let crd: CustomResourceDefinition = serde_yaml::from_slice(&out.stdout)?;
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply("taint-operator-scale").force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    let policies: Api<TaintPolicy> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let established = api
-            .get(&name)
-            .await?
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established && policies.list(&ListParams::default().limit(1)).await.is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the TaintPolicy CRD was not established within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    taint_operator_e2e::cluster::install_crd(client, bin).await
 }
 
 // ------------------------------------------------------------------ machine
