@@ -28,6 +28,7 @@ pub mod policy_set;
 pub mod policy_status;
 pub mod run;
 pub mod selector;
+pub mod slim;
 pub mod telemetry;
 pub mod trim;
 pub mod webhook;

@@ -10,7 +10,7 @@ use std::{
     },
 };
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client,
@@ -22,7 +22,12 @@ use kube::{
 };
 use tokio::{sync::mpsc::UnboundedSender, task::AbortHandle};
 
-use crate::{pod_cache::PodCache, policy_set::PolicySet};
+use crate::{
+    pod_cache::PodCache,
+    policy_set::PolicySet,
+    run::{list_pages, slim_event},
+    slim::SlimPod,
+};
 
 /// `(namespace, label selector)`.
 pub type WatchKey = (String, String);
@@ -98,7 +103,7 @@ impl PodWatches {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let synced = Arc::new(AtomicBool::new(false));
             let task = tokio::spawn(watch_pods(
-                Api::namespaced(self.client.clone(), &key.0),
+                Api::<SlimPod>::namespaced(self.client.clone(), &key.0),
                 key.1.clone(),
                 id,
                 self.cache.clone(),
@@ -149,15 +154,18 @@ impl Drop for PodWatches {
 }
 
 async fn watch_pods(
-    api: Api<Pod>,
+    api: Api<SlimPod>,
     selector: String,
     id: u64,
     cache: Arc<RwLock<PodCache>>,
     synced: Arc<AtomicBool>,
     changed: UnboundedSender<ObjectRef<Node>>,
 ) {
-    let config = watcher::Config::default().labels(&selector);
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    let config = list_pages().labels(&selector);
+    let mut stream = watcher::watcher(api, config)
+        .default_backoff()
+        .map_ok(|e| slim_event(e, |p: SlimPod| p.0))
+        .boxed();
     // What this watch currently reports, and what a relist is rebuilding.
     let mut mine: BTreeSet<(String, String)> = BTreeSet::new();
     let mut relist: Option<BTreeSet<(String, String)>> = None;

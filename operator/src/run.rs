@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, future};
+use futures::{FutureExt, StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, Config, ResourceExt,
@@ -23,7 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::{
     api_metrics::ApiMetricsLayer, context::Context, http, leader::LeaderElector, metrics::Metrics,
     node_reconciler, pod_watch::PodWatches, policy_reconciler, policy_set::PolicySet,
-    policy_status, trim::trim_node,
+    policy_status, slim::SlimNode,
 };
 
 pub struct RunConfig {
@@ -165,7 +165,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let (node_events_tx, node_events_rx) = mpsc::unbounded_channel();
     tokio::spawn(drive_nodes(
         ctx.clone(),
-        Api::<Node>::all(client.clone()),
+        Api::<SlimNode>::all(client.clone()),
         node_writer,
         node_events_tx,
     ));
@@ -230,13 +230,13 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
 /// and records when the first full list is in.
 async fn drive_nodes(
     ctx: Arc<Context>,
-    api: Api<Node>,
+    api: Api<SlimNode>,
     writer: Writer<Node>,
     touched: mpsc::UnboundedSender<Result<Node, watcher::Error>>,
 ) {
-    let mut stream = watcher::watcher(api, watcher::Config::default())
+    let mut stream = watcher::watcher(api, list_pages())
         .default_backoff()
-        .modify(trim_node)
+        .map_ok(|e| slim_event(e, |n: SlimNode| n.0))
         .reflect(writer)
         .boxed();
     while let Some(event) = stream.next().await {
@@ -256,6 +256,23 @@ async fn drive_nodes(
         if touched.send(forward).is_err() {
             return;
         }
+    }
+}
+
+/// Node and pod lists come in small pages: each page is held whole, as text and
+/// decoded, while it is read, and that peak stays in the process's memory.
+pub fn list_pages() -> watcher::Config {
+    watcher::Config::default().page_size(100)
+}
+
+/// The same watch event holding the full type (the slim wrappers only change decoding).
+pub fn slim_event<S, K>(event: Event<S>, unwrap: impl Fn(S) -> K) -> Event<K> {
+    match event {
+        Event::Apply(o) => Event::Apply(unwrap(o)),
+        Event::Delete(o) => Event::Delete(unwrap(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(unwrap(o)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
