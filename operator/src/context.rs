@@ -15,7 +15,7 @@ use kube::{
     },
 };
 use taint_operator_crd::{FIELD_MANAGER, TaintPolicy};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::{
     cap_ledger::CapLedger, metrics::Metrics, pod_cache::PodCache, pod_watch::PodWatches,
@@ -42,7 +42,15 @@ pub struct Context {
     /// True once the policy, node and pod caches have all synced.
     pub synced: watch::Receiver<bool>,
     pub clock: fn() -> Timestamp,
+    /// Node events on their way out; see `emit`.
+    events: mpsc::Sender<(Event, ObjectReference)>,
 }
+
+/// Events waiting to be published. A full queue drops events (with a warning)
+/// rather than slow down node writes.
+const EVENT_QUEUE: usize = 4096;
+/// Events published at once.
+const EVENTS_IN_FLIGHT: usize = 4;
 
 impl Context {
     pub fn new(
@@ -58,7 +66,10 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: reporter_instance,
         };
+        let (events, queued) = mpsc::channel(EVENT_QUEUE);
+        tokio::spawn(publish_events(client.clone(), reporter.clone(), queued));
         Context {
+            events,
             reporter,
             client,
             nodes,
@@ -96,9 +107,21 @@ impl Context {
         event: &Event,
         reference: &ObjectReference,
     ) -> Result<(), kube::Error> {
-        Recorder::new(self.client.clone(), self.reporter.clone())
-            .publish(event, reference)
-            .await
+        publish(&self.client, &self.reporter, event, reference).await
+    }
+
+    /// Queues an event for publishing without waiting for it: a reconcile's
+    /// latency and the API requests it makes in line stay those of its node write.
+    pub fn emit(&self, event: Event, reference: ObjectReference) {
+        if let Err(mpsc::error::TrySendError::Full((event, reference))) =
+            self.events.try_send((event, reference))
+        {
+            tracing::warn!(
+                object = reference.name.as_deref().unwrap_or(""),
+                reason = %event.reason,
+                "event queue full; event dropped"
+            );
+        }
     }
 
     /// Waits until every cache has synced, so no node is judged on half a picture.
@@ -107,4 +130,37 @@ impl Context {
         // The sender lives as long as the operator; if it is gone we are shutting down.
         let _ = rx.wait_for(|s| *s).await;
     }
+}
+
+async fn publish(
+    client: &Client,
+    reporter: &Reporter,
+    event: &Event,
+    reference: &ObjectReference,
+) -> Result<(), kube::Error> {
+    Recorder::new(client.clone(), reporter.clone())
+        .publish(event, reference)
+        .await
+}
+
+async fn publish_events(
+    client: Client,
+    reporter: Reporter,
+    queued: mpsc::Receiver<(Event, ObjectReference)>,
+) {
+    use futures::StreamExt;
+    tokio_stream::wrappers::ReceiverStream::new(queued)
+        .for_each_concurrent(EVENTS_IN_FLIGHT, |(event, reference)| {
+            let (client, reporter) = (&client, &reporter);
+            async move {
+                if let Err(e) = publish(client, reporter, &event, &reference).await {
+                    tracing::warn!(
+                        object = reference.name.as_deref().unwrap_or(""),
+                        error = %e,
+                        "could not publish event"
+                    );
+                }
+            }
+        })
+        .await;
 }

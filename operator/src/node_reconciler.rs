@@ -110,7 +110,7 @@ pub async fn converge_node(
     // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
     ctx.pod_watches.reevaluate(wake);
     if let Some(w) = written {
-        report(ctx, &w.node, &w.plan).await;
+        report(ctx, &w.node, &w.plan);
     }
     let mut next_check = next_check.into_inner().expect("next check lock");
     if held_back.into_inner().expect("held back lock") {
@@ -124,34 +124,34 @@ pub async fn converge_node(
     Ok(next_check)
 }
 
-async fn report(ctx: &Context, node: &Node, plan: &NodePlan) {
+/// Counts, logs and explains a write: one event for what it added and one for what
+/// it removed, each naming every policy, taint and reason (a write usually changes
+/// one taint; a fleet-wide change must not cost an event per policy per node).
+fn report(ctx: &Context, node: &Node, plan: &NodePlan) {
     let name = node.metadata.name.as_deref().unwrap_or("");
-    for (change, added) in plan
-        .added
-        .iter()
-        .map(|c| (c, true))
-        .chain(plan.removed.iter().map(|c| (c, false)))
-    {
-        let label = PolicyLabel {
-            policy: change.policy.clone(),
-        };
-        if added {
-            ctx.metrics.taints_added.get_or_create(&label).inc();
-        } else {
-            ctx.metrics.taints_removed.get_or_create(&label).inc();
+    for (changes, added) in [(&plan.added, true), (&plan.removed, false)] {
+        for change in changes {
+            let label = PolicyLabel {
+                policy: change.policy.clone(),
+            };
+            if added {
+                ctx.metrics.taints_added.get_or_create(&label).inc();
+            } else {
+                ctx.metrics.taints_removed.get_or_create(&label).inc();
+            }
+            tracing::info!(node = name, policy = %change.policy, taint = %describe(change), added, reason = %change.reason, "{}", change_note(change, added));
         }
-        let note = event_note(change, added);
-        tracing::info!(node = name, policy = %change.policy, taint = %describe(change), added, reason = %change.reason, "{note}");
+        if changes.is_empty() {
+            continue;
+        }
         let event = Event {
             type_: EventType::Normal,
             reason: if added { "TaintAdded" } else { "TaintRemoved" }.into(),
-            note: Some(note),
+            note: Some(event_note(changes, added)),
             action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
             secondary: None,
         };
-        if let Err(e) = ctx.publish(&event, &node.object_ref(&())).await {
-            tracing::warn!(node = name, error = %e, "could not publish event");
-        }
+        ctx.emit(event, node.object_ref(&()));
     }
     for policy in &plan.completed {
         tracing::info!(node = name, policy = %policy, "bootstrap complete");
@@ -165,11 +165,27 @@ fn describe(c: &TaintChange) -> String {
     }
 }
 
-pub fn event_note(c: &TaintChange, added: bool) -> String {
+fn change_note(c: &TaintChange, added: bool) -> String {
     let verb = if added { "added" } else { "removed" };
-    let note = format!("policy {} {verb} {}: {}", c.policy, describe(c), c.reason);
-    // Event notes are limited to 1 kB.
-    note.chars().take(1000).collect()
+    format!("policy {} {verb} {}: {}", c.policy, describe(c), c.reason)
+}
+
+/// `policy a added k:NoSchedule: why; policy b added ...`, cut to the 1 kB an
+/// event note may hold.
+pub fn event_note(changes: &[TaintChange], added: bool) -> String {
+    let note = changes
+        .iter()
+        .map(|c| change_note(c, added))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if note.len() <= 1000 {
+        return note;
+    }
+    let mut cut = 997;
+    while !note.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &note[..cut])
 }
 
 fn until(at: Timestamp, now: Timestamp) -> Duration {

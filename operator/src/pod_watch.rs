@@ -3,7 +3,7 @@
 //! operator never watches every pod in the cluster.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::{
         Arc, Mutex, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -166,9 +166,9 @@ async fn watch_pods(
         .default_backoff()
         .map_ok(|e| slim_event(e, |p: SlimPod| p.0))
         .boxed();
-    // What this watch currently reports, and what a relist is rebuilding.
-    let mut mine: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut relist: Option<BTreeSet<(String, String)>> = None;
+    // What a relist is rebuilding: after it, the cache forgets what this watch
+    // reported before and no longer does.
+    let mut relist: Option<HashSet<(String, String)>> = None;
     let key = |p: &Pod| {
         (
             p.metadata.namespace.clone().unwrap_or_default(),
@@ -182,31 +182,25 @@ async fn watch_pods(
     };
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Init) => relist = Some(BTreeSet::new()),
+            Ok(Event::Init) => relist = Some(HashSet::new()),
             Ok(Event::InitApply(pod)) => {
-                relist.get_or_insert_with(BTreeSet::new).insert(key(&pod));
+                relist.get_or_insert_with(HashSet::new).insert(key(&pod));
                 send(cache.write().expect("pod cache lock").upsert(id, &pod));
             }
             Ok(Event::InitDone) => {
                 let fresh = relist.take().unwrap_or_default();
-                let gone: Vec<_> = mine.difference(&fresh).cloned().collect();
-                let mut c = cache.write().expect("pod cache lock");
-                let nodes: Vec<String> = gone
-                    .iter()
-                    .filter_map(|(ns, name)| c.forget(id, ns, name))
-                    .collect();
-                drop(c);
+                let nodes = cache
+                    .write()
+                    .expect("pod cache lock")
+                    .forget_source_except(id, &fresh);
                 send(nodes);
-                mine = fresh;
                 synced.store(true, Ordering::Release);
             }
             Ok(Event::Apply(pod)) => {
-                mine.insert(key(&pod));
                 send(cache.write().expect("pod cache lock").upsert(id, &pod));
             }
             Ok(Event::Delete(pod)) => {
                 let (ns, name) = key(&pod);
-                mine.remove(&(ns.clone(), name.clone()));
                 let node = cache
                     .write()
                     .expect("pod cache lock")

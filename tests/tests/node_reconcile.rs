@@ -537,7 +537,7 @@ async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
                 ]),
             )
             .await;
-            assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
+            // n1's event is published on its own and may come after n2's patch.
             api.expect_node_patch(
                 "n2",
                 json!([
@@ -547,7 +547,12 @@ async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
                 ]),
             )
             .await;
-            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            let mut reasons = vec![api.expect_event().await, api.expect_event().await]
+                .into_iter()
+                .map(|e| e["reason"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>();
+            reasons.sort();
+            assert_eq!(reasons, ["TaintAdded", "TaintRemoved"]);
             api
         },
         |mut h| async move {
@@ -693,10 +698,11 @@ async fn max_tainted_nodes_counts_nodes_already_tainted_before_a_restart() {
     );
 }
 
-/// Two policies taint the node in the same write: one event each, each naming its
-/// policy (the event recorder must not fold the second into the first).
+/// Two policies taint the node in the same write: one event names both, each with
+/// its policy, taint and reason (not an event per policy: a fleet-wide change
+/// would cost the API server one per policy per node).
 #[tokio::test]
-async fn two_policies_adding_in_one_write_get_an_event_each() {
+async fn two_policies_adding_in_one_write_share_one_event() {
     let disk = policy("disk-full")
         .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
         .matcher("DiskPressure", "True")
@@ -723,19 +729,13 @@ async fn two_policies_adding_in_one_write_get_an_event_each() {
                 ]),
             )
             .await;
-            let mut notes = Vec::new();
-            for _ in 0..2 {
-                let event = api.expect_event().await;
-                assert_eq!(event["reason"], "TaintAdded");
-                notes.push(event["note"].as_str().unwrap().to_string());
-            }
-            notes.sort();
+            let event = api.expect_event().await;
+            assert_eq!(event["reason"], "TaintAdded");
             assert_eq!(
-                notes,
-                vec![
-                    "policy disk-full added example.com/disk-full:NoSchedule: condition DiskPressure=True matched".to_string(),
-                    ADDED_NOTE.to_string(),
-                ]
+                event["note"],
+                format!(
+                    "policy disk-full added example.com/disk-full:NoSchedule: condition DiskPressure=True matched; {ADDED_NOTE}"
+                )
             );
             api
         },

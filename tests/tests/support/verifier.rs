@@ -18,6 +18,10 @@ pub struct ApiServerVerifier {
     /// The API server's copy of each node: node patches are applied to it, so a
     /// patch that would not apply on a real server fails the test.
     pub nodes: BTreeMap<String, Value>,
+    /// Events that arrived while the scenario waited for another request. Node
+    /// events are published by their own task, so they may come after requests
+    /// sent later; each must still be expected, and checked, by `expect_event`.
+    early_events: std::collections::VecDeque<Value>,
 }
 
 /// One request the operator sent, with its body parsed.
@@ -158,6 +162,7 @@ impl ApiServerVerifier {
                     )
                 })
                 .collect(),
+            early_events: Default::default(),
         }
     }
 
@@ -202,7 +207,14 @@ impl ApiServerVerifier {
             "{method} {path}{}",
             query.map(|q| format!("?{q}")).unwrap_or_default()
         );
-        let call = self.next_call(&wanted).await;
+        let mut call = self.next_call(&wanted).await;
+        while path != EVENTS_PATH && call.method == Method::POST && call.path == EVENTS_PATH {
+            assert_eq!(call.content_type.as_deref(), Some("application/json"));
+            let event = call.body.clone();
+            call.reply(201, &event);
+            self.early_events.push_back(event);
+            call = self.next_call(&wanted).await;
+        }
         assert_eq!(
             (&call.method, call.path.as_str(), call.query_pairs()),
             (&method, path, query_pairs(query)),
@@ -274,6 +286,9 @@ impl ApiServerVerifier {
     /// An event created through the events.k8s.io API; answered, and returned for
     /// the caller's assertions.
     pub async fn expect_event(&mut self) -> Value {
+        if let Some(event) = self.early_events.pop_front() {
+            return event;
+        }
         let call = self.expect(Method::POST, EVENTS_PATH, None).await;
         assert_eq!(call.content_type.as_deref(), Some("application/json"));
         let event = call.body.clone();
@@ -283,6 +298,11 @@ impl ApiServerVerifier {
 
     /// Waits until the operator's client is gone, failing on any request it still sends.
     pub async fn no_more_requests(mut self) {
+        assert!(
+            self.early_events.is_empty(),
+            "unexpected events: {:?}",
+            self.early_events
+        );
         if let Some((request, _)) = self.handle.next_request().await {
             let (parts, body) = request.into_parts();
             let bytes = body.collect_bytes().await.unwrap_or_default();
