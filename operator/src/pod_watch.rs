@@ -25,7 +25,7 @@ use tokio::{sync::mpsc::UnboundedSender, task::AbortHandle};
 use crate::{
     pod_cache::PodCache,
     policy_set::PolicySet,
-    run::{list_pages, slim_event},
+    run::{pod_list_pages, slim_event},
     slim::SlimPod,
 };
 
@@ -161,7 +161,7 @@ async fn watch_pods(
     synced: Arc<AtomicBool>,
     changed: UnboundedSender<ObjectRef<Node>>,
 ) {
-    let config = list_pages().labels(&selector);
+    let config = pod_list_pages().labels(&selector);
     let mut stream = watcher::watcher(api, config)
         .default_backoff()
         .map_ok(|e| slim_event(e, |p: SlimPod| p.0))

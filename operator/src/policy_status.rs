@@ -166,16 +166,46 @@ pub async fn refresh_all(ctx: &Context) -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
+/// The shortest wait between a node change and the status computation it wakes.
+const MIN_PAUSE: Duration = Duration::from_millis(300);
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// A computation covers every node: at thousands of nodes under constant change,
+/// recomputing every 300 ms would keep a core busy. Waiting ten times as long as
+/// the last one took bounds the status writer to about a tenth of a core.
+fn pause_after(took: Duration) -> Duration {
+    (took * 10).clamp(MIN_PAUSE, MAX_PAUSE)
+}
+
 /// Keeps statuses current: woken by reconciles, it waits a moment so a burst of
 /// node changes becomes one computation, and retries failed writes.
 pub async fn run_status_writer(ctx: Arc<Context>) {
     ctx.wait_synced().await;
+    let mut pause = MIN_PAUSE;
     loop {
         ctx.status_refresh.notified().await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        if refresh_all(&ctx).await.is_err() {
+        tokio::time::sleep(pause).await;
+        let started = std::time::Instant::now();
+        let result = refresh_all(&ctx).await;
+        pause = pause_after(started.elapsed());
+        if result.is_err() {
             tokio::time::sleep(Duration::from_secs(1)).await;
             ctx.status_refresh.notify_one();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_follows_the_cost_of_a_computation_within_bounds() {
+        assert_eq!(pause_after(Duration::from_millis(2)), MIN_PAUSE);
+        assert_eq!(
+            pause_after(Duration::from_millis(120)),
+            Duration::from_millis(1200)
+        );
+        assert_eq!(pause_after(Duration::from_secs(3)), MAX_PAUSE);
     }
 }

@@ -108,7 +108,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let (all_nodes_tx, all_nodes_rx) = mpsc::unbounded_channel::<()>();
     let (node_reader, node_writer) = reflector::store::<Node>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
-    let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx);
+    let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone());
     let ctx = Arc::new(Context::new(
         client.clone(),
         node_reader.clone(),
@@ -162,28 +162,31 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
 
     // The node reflector runs in its own task: the controller holds its runner until
     // the store is ready, and would otherwise not poll the very stream that fills it.
-    let (node_events_tx, node_events_rx) = mpsc::unbounded_channel();
+    // It hands the controller node names, not nodes: a queue of 5,000 node copies
+    // waiting for the caches to sync would be the operator's peak memory.
     tokio::spawn(drive_nodes(
         ctx.clone(),
         Api::<SlimNode>::all(client.clone()),
         node_writer,
-        node_events_tx,
+        changed_nodes_tx.clone(),
     ));
-    let node_stream = UnboundedReceiverStream::new(node_events_rx);
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
     tokio::spawn(policy_status::run_status_writer(ctx.clone()));
 
-    let nodes = Controller::for_stream(node_stream, node_reader)
-        .with_config(ControllerConfig::default().concurrency(cfg.concurrency))
-        .reconcile_all_on(UnboundedReceiverStream::new(all_nodes_rx))
-        .reconcile_on(UnboundedReceiverStream::new(changed_nodes_rx))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            node_reconciler::reconcile_node,
-            node_reconciler::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| future::ready(()));
+    let nodes = Controller::for_stream(
+        futures::stream::pending::<Result<Node, watcher::Error>>(),
+        node_reader,
+    )
+    .with_config(ControllerConfig::default().concurrency(cfg.concurrency))
+    .reconcile_all_on(UnboundedReceiverStream::new(all_nodes_rx))
+    .reconcile_on(UnboundedReceiverStream::new(changed_nodes_rx))
+    .graceful_shutdown_on(shutdown.clone())
+    .run(
+        node_reconciler::reconcile_node,
+        node_reconciler::error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| future::ready(()));
     let policies = Controller::new(
         Api::<TaintPolicy>::all(client.clone()),
         watcher::Config::default(),
@@ -226,43 +229,51 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     Ok(())
 }
 
-/// Fills the node cache (trimmed), forwards every touched node to the controller,
+/// Fills the node cache (trimmed), names every touched node to the controller,
 /// and records when the first full list is in.
 async fn drive_nodes(
     ctx: Arc<Context>,
     api: Api<SlimNode>,
     writer: Writer<Node>,
-    touched: mpsc::UnboundedSender<Result<Node, watcher::Error>>,
+    touched: mpsc::UnboundedSender<ObjectRef<Node>>,
 ) {
-    let mut stream = watcher::watcher(api, list_pages())
+    let mut stream = watcher::watcher(api, node_list_pages())
         .default_backoff()
         .map_ok(|e| slim_event(e, |n: SlimNode| n.0))
         .reflect(writer)
         .boxed();
     while let Some(event) = stream.next().await {
-        let forward = match event {
-            Ok(Event::Apply(n) | Event::InitApply(n) | Event::Delete(n)) => Ok(n),
+        let node = match event {
+            Ok(Event::Apply(n) | Event::InitApply(n)) => n,
+            // A deleted node needs nothing from us; the cap ledger forgets it by itself.
+            Ok(Event::Delete(_) | Event::Init) => continue,
             Ok(Event::InitDone) => {
                 ctx.nodes_synced
                     .store(true, std::sync::atomic::Ordering::Release);
                 continue;
             }
-            Ok(Event::Init) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "node watch failed; retrying");
-                Err(e)
+                continue;
             }
         };
-        if touched.send(forward).is_err() {
+        if touched.send(ObjectRef::new(&node.name_any())).is_err() {
             return;
         }
     }
 }
 
-/// Node and pod lists come in small pages: each page is held whole, as text and
-/// decoded, while it is read, and that peak stays in the process's memory.
-pub fn list_pages() -> watcher::Config {
+/// Node lists come in small pages: each page is held whole, as text and decoded,
+/// while it is read, and a kubelet's Node is about 10 kB of JSON.
+fn node_list_pages() -> watcher::Config {
     watcher::Config::default().page_size(100)
+}
+
+/// Pod lists are label-selected, and an API server that reads them from etcd scans
+/// every pod of the namespace for each page: small pages would make the first sync
+/// take minutes at 150,000 pods. A pod is about 3 kB of JSON.
+pub fn pod_list_pages() -> watcher::Config {
+    watcher::Config::default().page_size(500)
 }
 
 /// The same watch event holding the full type (the slim wrappers only change decoding).
