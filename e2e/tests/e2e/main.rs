@@ -12,6 +12,7 @@ mod lifecycle;
 mod observability;
 mod ownership;
 mod validation;
+mod webhook;
 
 use std::{
     future::Future,
@@ -183,6 +184,8 @@ async fn e2e_suite() {
         s.run("kubectl get tp", observability::kubectl_get(h)).await;
         s.run("node events", observability::node_events(h)).await;
         s.run("quiet period", observability::quiet_period(h)).await;
+        // 16. the admission webhook
+        s.run("admission webhook", webhook::admission(h)).await;
         s.report()
     };
 
