@@ -8,6 +8,7 @@
 
 mod common;
 mod examples;
+mod leader;
 mod lifecycle;
 mod observability;
 mod ownership;
@@ -184,8 +185,10 @@ async fn e2e_suite() {
         s.run("kubectl get tp", observability::kubectl_get(h)).await;
         s.run("node events", observability::node_events(h)).await;
         s.run("quiet period", observability::quiet_period(h)).await;
-        // 16. the admission webhook
+        // 16-17. the admission webhook, two replicas
         s.run("admission webhook", webhook::admission(h)).await;
+        s.run("leader election with two replicas", leader::two_replicas(h))
+            .await;
         s.report()
     };
 
