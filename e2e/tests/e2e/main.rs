@@ -12,6 +12,7 @@ mod leader;
 mod lifecycle;
 mod observability;
 mod ownership;
+mod startup;
 mod validation;
 mod webhook;
 
@@ -185,10 +186,11 @@ async fn e2e_suite() {
         s.run("kubectl get tp", observability::kubectl_get(h)).await;
         s.run("node events", observability::node_events(h)).await;
         s.run("quiet period", observability::quiet_period(h)).await;
-        // 16-17. the admission webhook, two replicas
+        // 16-18. the webhook, two replicas, and start-up that cannot start
         s.run("admission webhook", webhook::admission(h)).await;
         s.run("leader election with two replicas", leader::two_replicas(h))
             .await;
+        s.run("start-up errors", startup::startup_errors(h)).await;
         s.report()
     };
 
