@@ -127,34 +127,12 @@ impl Harness {
             return Ok(Setup::Skip(SKIP_LINE.to_string()));
         } else {
             let dir = unique_dir("taint-operator-e2e");
-            let out = Command::new("bash")
-                .arg(&script)
-                .arg("start")
-                .arg(&dir)
-                .output()
-                .await
-                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            match out.status.code() {
-                Some(0) => {}
-                Some(3) => {
-                    let why = stderr.lines().last().unwrap_or("").trim();
+            let (cp, env) = match start_control_plane(&script, &dir).await? {
+                Started::Up(cp, env) => (cp, env),
+                Started::Unavailable(why) => {
                     return Ok(Setup::Skip(format!("{SKIP_LINE} ({why})")));
                 }
-                _ => bail!(
-                    "e2e/control-plane.sh start {} failed ({}):\n{stderr}",
-                    dir.display(),
-                    out.status
-                ),
-            }
-            print!("{}", String::from_utf8_lossy(&out.stdout));
-            // From here on the control plane is stopped whatever happens.
-            let cp = ControlPlane {
-                script: script.clone(),
-                dir: dir.clone(),
-                keep: env_nonempty("E2E_KEEP").is_some_and(|v| v == "1"),
             };
-            let env = read_env_file(&dir.join("env"))?;
             let get = |k: &str| {
                 env.get(k)
                     .cloned()
@@ -237,6 +215,48 @@ impl Harness {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
+}
+
+/// What `control-plane.sh start` gave.
+pub enum Started {
+    /// Running (stopped when dropped), with the variables of its `DIR/env`.
+    Up(ControlPlane, HashMap<String, String>),
+    /// The script's one line saying why it cannot run here (exit 3: no binaries).
+    Unavailable(String),
+}
+
+/// Starts a bare control plane in `dir` with `control-plane.sh start` (the suite's
+/// own, or a second one for a scenario that needs a cluster of its own).
+pub async fn start_control_plane(script: &Path, dir: &Path) -> Result<Started> {
+    let out = Command::new("bash")
+        .arg(script)
+        .arg("start")
+        .arg(dir)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => {}
+        Some(3) => {
+            let why = stderr.lines().last().unwrap_or("").trim();
+            return Ok(Started::Unavailable(why.to_string()));
+        }
+        _ => bail!(
+            "e2e/control-plane.sh start {} failed ({}):\n{stderr}",
+            dir.display(),
+            out.status
+        ),
+    }
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    // From here on the control plane is stopped whatever happens.
+    let cp = ControlPlane {
+        script: script.to_path_buf(),
+        dir: dir.to_path_buf(),
+        keep: env_nonempty("E2E_KEEP").is_some_and(|v| v == "1"),
+    };
+    let env = read_env_file(&dir.join("env"))?;
+    Ok(Started::Up(cp, env))
 }
 
 /// Applies `taint-operator crd` with the admin credentials and waits until it is served.

@@ -14,9 +14,9 @@ pub mod k8s;
 pub mod operator;
 pub mod wait;
 
-pub use cluster::{Harness, SKIP_LINE, Setup};
+pub use cluster::{Harness, SKIP_LINE, Setup, Started, start_control_plane};
 pub use k8s::{Cond, K, PolicyView};
-pub use operator::{Metrics, Operator};
+pub use operator::{Metrics, Operator, free_port};
 pub use wait::{always_for, eventually, eventually_within};
 
 /// Errors are messages for a person reading a failed scenario.

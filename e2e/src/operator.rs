@@ -68,6 +68,9 @@ pub struct Operator {
     child: Option<Child>,
     port: u16,
     starts: u32,
+    identity: String,
+    lease_name: Option<String>,
+    extra_args: Vec<String>,
 }
 
 impl Operator {
@@ -85,7 +88,53 @@ impl Operator {
             child: None,
             port: 0,
             starts: 0,
+            identity: "e2e-operator".into(),
+            lease_name: None,
+            extra_args: Vec::new(),
         }
+    }
+
+    /// Another replica of the same binary and kubeconfig (same lease namespace), with
+    /// its own identity and log file: for scenarios that run more than one process.
+    pub fn sibling(&self, identity: &str, log_path: PathBuf) -> Self {
+        let mut op = Operator::new(
+            self.bin.clone(),
+            self.kubeconfig.clone(),
+            self.lease_namespace.clone(),
+            log_path,
+        );
+        op.identity = identity.into();
+        op
+    }
+
+    /// Elect on this Lease instead of the default one.
+    pub fn with_lease_name(mut self, name: &str) -> Self {
+        self.lease_name = Some(name.into());
+        self
+    }
+
+    /// More `run` flags (e.g. the webhook's).
+    pub fn with_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.extra_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Where leader election runs (`None`: no leader election).
+    pub fn lease_namespace(&self) -> Option<&str> {
+        self.lease_namespace.as_deref()
+    }
+
+    /// The Lease this replica elects on.
+    pub fn lease_name(&self) -> &str {
+        self.lease_name.as_deref().unwrap_or("taint-operator")
     }
 
     pub fn bin(&self) -> &Path {
@@ -117,18 +166,22 @@ impl Operator {
             use std::io::Write;
             writeln!(
                 log,
-                "===== e2e: operator start #{} (metrics 127.0.0.1:{}) =====",
-                self.starts, self.port
+                "===== e2e: operator {} start #{} (metrics 127.0.0.1:{}) =====",
+                self.identity, self.starts, self.port
             )?;
         }
         let mut cmd = Command::new(&self.bin);
         cmd.arg("run")
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{}", self.port))
-            .args(["--log-format", "text", "--identity", "e2e-operator"]);
+            .args(["--log-format", "text", "--identity", &self.identity]);
         if let Some(ns) = &self.lease_namespace {
             cmd.args(["--leader-elect", "--lease-namespace", ns]);
+            if let Some(name) = &self.lease_name {
+                cmd.args(["--lease-name", name]);
+            }
         }
+        cmd.args(&self.extra_args);
         cmd.env("KUBECONFIG", &self.kubeconfig)
             .env("NO_COLOR", "1")
             .env_remove("TAINT_OPERATOR_LOG")
@@ -294,6 +347,34 @@ impl Metrics {
 
     pub fn status_writes(&self) -> u64 {
         self.get("taint_operator_status_writes_total") as u64
+    }
+
+    /// Every API request series that changed something (any verb but get, list and
+    /// watch), as `verb resource code: count`; empty when this process wrote nothing.
+    pub fn api_writes(&self) -> Vec<String> {
+        self.0
+            .lines()
+            .filter_map(|l| l.strip_prefix("taint_operator_api_requests_total{"))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once("} ")?;
+                let label = |k: &str| {
+                    labels
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                        .map(|v| v.trim_end_matches('"').to_string())
+                        .unwrap_or_default()
+                };
+                let verb = label("verb");
+                if matches!(verb.as_str(), "get" | "list" | "watch") {
+                    return None;
+                }
+                Some(format!(
+                    "{verb} {} {}: {value}",
+                    label("resource"),
+                    label("code")
+                ))
+            })
+            .collect()
     }
 
     pub fn node_write_conflicts(&self) -> u64 {

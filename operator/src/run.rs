@@ -19,6 +19,7 @@ use kube::{
 use taint_operator_crd::TaintPolicy;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tracing::instrument::WithSubscriber;
 
 use crate::{
     api_metrics::ApiMetricsLayer, context::Context, http, leader::LeaderElector, metrics::Metrics,
@@ -47,6 +48,10 @@ pub enum StartupError {
         "the TaintPolicy CRD (taintpolicies.nodetaint.io) is not installed: install it with `taint-operator crd | kubectl apply -f -` or the helm chart"
     )]
     CrdMissing,
+    #[error(
+        "the API server at {url} did not accept the credentials (401 Unauthorized): check the kubeconfig's user (token or client certificate)"
+    )]
+    Unauthorized { url: String },
     #[error("no permission to {what}: {message} (bind the operator to the chart's ClusterRole)")]
     Forbidden { what: String, message: String },
     #[error("cannot listen on {addr}: {source}")]
@@ -58,32 +63,44 @@ pub enum StartupError {
     Webhook(String),
 }
 
-pub async fn client(metrics: &Metrics) -> Result<Client, StartupError> {
+/// The API client, and the API server's URL for messages.
+pub async fn client(metrics: &Metrics) -> Result<(Client, String), StartupError> {
     let config = Config::infer()
         .await
-        .map_err(|e| StartupError::Kubeconfig(e.to_string()))?;
-    let builder =
-        ClientBuilder::try_from(config).map_err(|e| StartupError::Kubeconfig(e.to_string()))?;
-    Ok(builder
-        .with_layer(&ApiMetricsLayer(metrics.clone()))
-        .build())
+        .map_err(|e| StartupError::Kubeconfig(one_line(&e.to_string())))?;
+    let url = config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let builder = ClientBuilder::try_from(config)
+        .map_err(|e| StartupError::Kubeconfig(one_line(&describe(&e))))?;
+    Ok((
+        builder
+            .with_layer(&ApiMetricsLayer(metrics.clone()))
+            .build(),
+        url,
+    ))
 }
 
 /// Fails fast, with one clear line, when the CRD is missing or permissions are short.
-pub async fn preflight(client: &Client) -> Result<(), StartupError> {
-    let url = client.default_namespace().to_string();
+/// `url` is the API server's, for the message when it cannot be reached.
+pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
     let one = ListParams::default().limit(1);
     let classify = |what: &str, e: kube::Error| match e {
         kube::Error::Api(s) if s.code == 404 && what.contains("taintpolicies") => {
             StartupError::CrdMissing
         }
-        kube::Error::Api(s) if s.code == 403 || s.code == 401 => StartupError::Forbidden {
+        kube::Error::Api(s) if s.code == 401 => StartupError::Unauthorized {
+            url: url.to_string(),
+        },
+        kube::Error::Api(s) if s.code == 403 => StartupError::Forbidden {
             what: what.to_string(),
-            message: s.message,
+            message: one_line(&s.message),
         },
         other => StartupError::Unreachable {
-            url: url.clone(),
-            message: other.to_string(),
+            url: url.to_string(),
+            message: describe(&other),
         },
     };
     Api::<TaintPolicy>::all(client.clone())
@@ -97,10 +114,47 @@ pub async fn preflight(client: &Client) -> Result<(), StartupError> {
     Ok(())
 }
 
+/// An error and its causes on one line ("client error (Connect)" alone does not say
+/// that the connection was refused).
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let m = s.to_string();
+        if !message.contains(&m) {
+            message.push_str(": ");
+            message.push_str(&m);
+        }
+        source = s.source();
+    }
+    one_line(&message)
+}
+
+/// The first line of a message (YAML errors append a multi-line snippet of the
+/// input), with the parentheses it leaves open closed.
+fn one_line(message: &str) -> String {
+    let mut lines = message.lines().filter(|l| !l.trim().is_empty());
+    let first = lines.next().unwrap_or("").trim_end();
+    if lines.next().is_none() {
+        return first.to_string();
+    }
+    let open = first
+        .matches('(')
+        .count()
+        .saturating_sub(first.matches(')').count());
+    format!("{first}{}", ")".repeat(open))
+}
+
 pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let metrics = Metrics::default();
-    let client = client(&metrics).await?;
-    preflight(&client).await?;
+    // kube's client logs every failed request at ERROR; at start-up the one line
+    // returned here says it all, so nothing else is printed before it.
+    let (client, url) = client(&metrics)
+        .with_subscriber(tracing::subscriber::NoSubscriber::default())
+        .await?;
+    preflight(&client, &url)
+        .with_subscriber(tracing::subscriber::NoSubscriber::default())
+        .await?;
 
     let shutdown = shutdown_signal().shared();
     let (synced_tx, synced_rx) = watch::channel(false);
@@ -366,4 +420,21 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn one_line_keeps_the_first_line_and_closes_what_it_opened() {
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(
+            one_line(
+                "kubeconfig: (failed to parse: line 1 column 1: expected mapping\n --> <input>:1:1\n  |\n1 | garbage\n"
+            ),
+            "kubeconfig: (failed to parse: line 1 column 1: expected mapping)"
+        );
+        assert_eq!(one_line("\nsecond\nthird"), "second");
+    }
 }

@@ -8,10 +8,13 @@
 
 mod common;
 mod examples;
+mod leader;
 mod lifecycle;
 mod observability;
 mod ownership;
+mod startup;
 mod validation;
+mod webhook;
 
 use std::{
     future::Future,
@@ -183,6 +186,11 @@ async fn e2e_suite() {
         s.run("kubectl get tp", observability::kubectl_get(h)).await;
         s.run("node events", observability::node_events(h)).await;
         s.run("quiet period", observability::quiet_period(h)).await;
+        // 16-18. the webhook, two replicas, and start-up that cannot start
+        s.run("admission webhook", webhook::admission(h)).await;
+        s.run("leader election with two replicas", leader::two_replicas(h))
+            .await;
+        s.run("start-up errors", startup::startup_errors(h)).await;
         s.report()
     };
 

@@ -1,0 +1,148 @@
+//! The start-up check (`taint_operator::run::preflight`) against a mocked API server:
+//! each way it can fail gives exactly one line saying what is wrong and what to do.
+//! (The e2e scenario "start-up errors" runs the binary itself against real servers.)
+
+mod support;
+
+use std::time::Duration;
+
+use http::Method;
+use kube::Client;
+use serde_json::{Value, json};
+use support::ApiServerVerifier;
+use taint_operator::run::{StartupError, preflight};
+
+const URL: &str = "https://api.example:6443";
+const POLICIES: &str = "/apis/nodetaint.io/v1alpha1/taintpolicies";
+const NODES: &str = "/api/v1/nodes";
+
+/// A `metav1.Status` failure as kube-apiserver sends it.
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "details": {}, "code": code,
+    })
+}
+
+fn empty_list(kind: &str, api_version: &str) -> Value {
+    json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "1"}, "items": []})
+}
+
+/// Runs `preflight` against a server scripted by `server`; returns its result.
+async fn run_preflight<F, Fut>(server: F) -> Result<(), StartupError>
+where
+    F: FnOnce(ApiServerVerifier) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (service, handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let client = Client::new(service, "default");
+    let server = tokio::spawn(server(ApiServerVerifier::new(handle, &[])));
+    let result = tokio::time::timeout(Duration::from_secs(5), preflight(&client, URL))
+        .await
+        .expect("preflight finished");
+    drop(client);
+    server.await.expect("the scripted server did not panic");
+    result
+}
+
+fn one_line(e: &StartupError) -> String {
+    let s = e.to_string();
+    assert!(!s.contains('\n'), "not one line: {s:?}");
+    s
+}
+
+#[tokio::test]
+async fn crd_missing_says_so_and_how_to_install_it() {
+    let err = run_preflight(|mut api| async move {
+        api.expect(Method::GET, POLICIES, Some("limit=1"))
+            .await
+            .reply_status(&status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect_err("a missing CRD fails the start");
+    assert!(matches!(err, StartupError::CrdMissing), "{err:?}");
+    assert_eq!(
+        one_line(&err),
+        "the TaintPolicy CRD (taintpolicies.nodetaint.io) is not installed: install it with `taint-operator crd | kubectl apply -f -` or the helm chart"
+    );
+}
+
+#[tokio::test]
+async fn rejected_credentials_name_the_server_and_the_kubeconfig_user() {
+    let err = run_preflight(|mut api| async move {
+        api.expect(Method::GET, POLICIES, Some("limit=1"))
+            .await
+            .reply_status(&status(401, "Unauthorized", "Unauthorized"));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect_err("401 fails the start");
+    assert_eq!(
+        one_line(&err),
+        "the API server at https://api.example:6443 did not accept the credentials (401 Unauthorized): check the kubeconfig's user (token or client certificate)"
+    );
+}
+
+#[tokio::test]
+async fn forbidden_names_the_call_and_the_cluster_role() {
+    let msg = r#"taintpolicies.nodetaint.io is forbidden: User "nobody" cannot list resource "taintpolicies" in API group "nodetaint.io" at the cluster scope"#;
+    let err = run_preflight(move |mut api| async move {
+        api.expect(Method::GET, POLICIES, Some("limit=1"))
+            .await
+            .reply_status(&status(403, "Forbidden", msg));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect_err("403 fails the start");
+    assert_eq!(
+        one_line(&err),
+        format!(
+            "no permission to list taintpolicies.nodetaint.io: {msg} (bind the operator to the chart's ClusterRole)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn forbidden_nodes_after_policies_are_readable() {
+    let msg = r#"nodes is forbidden: User "nobody" cannot list resource "nodes" in API group "" at the cluster scope"#;
+    let err = run_preflight(move |mut api| async move {
+        api.expect(Method::GET, POLICIES, Some("limit=1"))
+            .await
+            .reply(200, &empty_list("TaintPolicyList", "nodetaint.io/v1alpha1"));
+        api.expect(Method::GET, NODES, Some("limit=1"))
+            .await
+            .reply_status(&status(403, "Forbidden", msg));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect_err("403 on nodes fails the start");
+    assert_eq!(
+        one_line(&err),
+        format!(
+            "no permission to list nodes: {msg} (bind the operator to the chart's ClusterRole)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn passes_with_both_lists_readable_in_two_requests() {
+    run_preflight(|mut api| async move {
+        api.expect(Method::GET, POLICIES, Some("limit=1"))
+            .await
+            .reply(200, &empty_list("TaintPolicyList", "nodetaint.io/v1alpha1"));
+        api.expect(Method::GET, NODES, Some("limit=1"))
+            .await
+            .reply(200, &empty_list("NodeList", "v1"));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect("preflight passes");
+}
