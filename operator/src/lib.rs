@@ -14,6 +14,7 @@ pub mod duration;
 pub mod error;
 pub mod http;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod node_plan;
 pub mod node_reconciler;

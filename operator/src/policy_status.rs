@@ -188,6 +188,7 @@ pub async fn run_status_writer(ctx: Arc<Context>) {
         let started = std::time::Instant::now();
         let result = refresh_all(&ctx).await;
         pause = pause_after(started.elapsed());
+        crate::memory::release_free_memory();
         if result.is_err() {
             tokio::time::sleep(Duration::from_secs(1)).await;
             ctx.status_refresh.notify_one();

@@ -403,6 +403,7 @@ async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
         policies = ctx.policies.state().len(),
         "caches synced"
     );
+    crate::memory::release_free_memory();
     let _ = synced.send(true);
 }
 
