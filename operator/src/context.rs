@@ -1,7 +1,10 @@
 //! What every reconcile shares: the client, the caches, the compiled policies,
 //! the cap ledger, metrics and the event recorder.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::{
+    sync::{Arc, Mutex, RwLock},
+    time::Duration,
+};
 
 use k8s_openapi::{
     api::core::v1::{Node, ObjectReference},
@@ -42,8 +45,26 @@ pub struct Context {
     /// True once the policy, node and pod caches have all synced.
     pub synced: watch::Receiver<bool>,
     pub clock: fn() -> Timestamp,
+    pub cleanup_grace: CleanupGrace,
     /// Node events on their way out; see `emit`.
     events: mpsc::Sender<(Event, ObjectReference)>,
+}
+
+/// How long a policy's cleanup waits for the policy watcher to see the deletion,
+/// and then for the node controller to clean the nodes, before writing them itself.
+#[derive(Debug, Clone, Copy)]
+pub struct CleanupGrace {
+    pub watcher: Duration,
+    pub node_controller: Duration,
+}
+
+impl Default for CleanupGrace {
+    fn default() -> Self {
+        CleanupGrace {
+            watcher: Duration::from_secs(2),
+            node_controller: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Events waiting to be published. A full queue drops events (with a warning)
@@ -70,6 +91,7 @@ impl Context {
         tokio::spawn(publish_events(client.clone(), reporter.clone(), queued));
         Context {
             events,
+            cleanup_grace: CleanupGrace::default(),
             reporter,
             client,
             nodes,

@@ -3,17 +3,17 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, time::Duration};
 
 use http::Method;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use support::{
-    harness, node, policy, ready_condition, scenario,
+    harness, harness_with_grace, node, policy, ready_condition, scenario,
     verifier::{EVENTS_PATH, FIELD_MANAGER_QUERY, JSON_PATCH, MERGE_PATCH, assert_event},
 };
 use taint_operator::{
-    node_reconciler::reconcile_node, policy_reconciler::reconcile_policy,
+    context::CleanupGrace, node_reconciler::reconcile_node, policy_reconciler::reconcile_policy,
     policy_status::refresh_all,
 };
 use taint_operator_crd::{Mode, TaintEffect, TaintPolicy, TaintPolicyStatus};
@@ -314,6 +314,92 @@ async fn a_failed_cleanup_keeps_the_finalizer() {
     .await;
     let err = result.expect_err("cleanup failed");
     assert_eq!(err.category(), "CleanupPending");
+}
+
+/// The policy watcher has seen the deletion, so the node controller removes the
+/// taints; cleanup waits for that instead of racing it for the same nodes.
+#[tokio::test]
+async fn cleanup_leaves_the_nodes_to_the_node_controller() {
+    let deleting = nic_policy().deleting().build();
+    let tainted = node("n1")
+        .condition(NIC, "Kaput")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")]);
+    let cleaned = node("n1").condition(NIC, "Kaput").build();
+    let grace = CleanupGrace {
+        watcher: Duration::ZERO,
+        node_controller: Duration::from_secs(5),
+    };
+    let (h, api) = harness_with_grace(std::slice::from_ref(&deleting), &[tainted.build()], grace);
+    let action = scenario(
+        h,
+        api,
+        |mut api| async move {
+            // No node write: only the finalizer goes.
+            let call = api
+                .expect(Method::PATCH, &format!("{POLICIES}/nic-broken"), None)
+                .await;
+            assert_eq!(
+                call.body[1],
+                json!({"op": "remove", "path": "/metadata/finalizers/0"})
+            );
+            let mut reply = deleting.clone();
+            reply.metadata.finalizers = None;
+            call.reply(200, &as_json(&reply));
+            api
+        },
+        |mut h| async move {
+            let cleanup = reconcile_policy(h.policy("nic-broken"), h.ctx.clone());
+            let node_controller = async {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                h.put_node(cleaned);
+            };
+            tokio::join!(cleanup, node_controller).0.unwrap()
+        },
+    )
+    .await;
+    assert_eq!(action, Action::await_change());
+}
+
+/// The node controller did not clean the node within its grace: cleanup writes it.
+#[tokio::test]
+async fn cleanup_writes_what_the_node_controller_left() {
+    let deleting = nic_policy().deleting().build();
+    let n1 = node("n1")
+        .condition(NIC, "Kaput")
+        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let grace = CleanupGrace {
+        watcher: Duration::ZERO,
+        node_controller: Duration::from_millis(300),
+    };
+    let (h, api) = harness_with_grace(std::slice::from_ref(&deleting), &[n1], grace);
+    let started = std::time::Instant::now();
+    let result = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect(Method::PATCH, "/api/v1/nodes/n1", Some(FIELD_MANAGER_QUERY))
+                .await;
+            call.reply_status(&json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500
+            }));
+            api
+        },
+        |h| async move { reconcile_policy(h.policy("nic-broken"), h.ctx.clone()).await },
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "it waited first"
+    );
+    assert_eq!(
+        result.expect_err("cleanup failed").category(),
+        "CleanupPending"
+    );
 }
 
 #[tokio::test]

@@ -27,7 +27,10 @@ use kube::{
     },
 };
 use taint_operator::{
-    context::Context, metrics::Metrics, pod_watch::PodWatches, policy_set::PolicySet,
+    context::{CleanupGrace, Context},
+    metrics::Metrics,
+    pod_watch::PodWatches,
+    policy_set::PolicySet,
     trim::trim_node,
 };
 use taint_operator_crd::{
@@ -389,7 +392,23 @@ pub struct Harness {
 /// watcher keeps them), whose policy set is compiled from `policies`, whose caches
 /// count as synced and whose clock says `NOW`; and the verifier that answers its
 /// requests, knowing the API server's (untrimmed) copy of every node.
+/// No node controller runs here: cleanup writes the nodes itself at once.
 pub fn harness(policies: &[TaintPolicy], nodes: &[Node]) -> (Harness, ApiServerVerifier) {
+    harness_with_grace(
+        policies,
+        nodes,
+        CleanupGrace {
+            watcher: Duration::ZERO,
+            node_controller: Duration::ZERO,
+        },
+    )
+}
+
+pub fn harness_with_grace(
+    policies: &[TaintPolicy],
+    nodes: &[Node],
+    grace: CleanupGrace,
+) -> (Harness, ApiServerVerifier) {
     let (service, handle) = tower_test::mock::pair::<
         http::Request<kube::client::Body>,
         http::Response<kube::client::Body>,
@@ -409,6 +428,7 @@ pub fn harness(policies: &[TaintPolicy], nodes: &[Node]) -> (Harness, ApiServerV
         Some("test-replica".into()),
     );
     ctx.clock = now;
+    ctx.cleanup_grace = grace;
     let mut h = Harness {
         ctx: Arc::new(ctx),
         nodes: node_writer,
