@@ -46,6 +46,8 @@ pub struct Context {
     pub synced: watch::Receiver<bool>,
     pub clock: fn() -> Timestamp,
     pub cleanup_grace: CleanupGrace,
+    /// Node reconciles running at once; see `node_reconciler::reconcile_node`.
+    pub reconcile_slots: tokio::sync::Semaphore,
     /// Node events on their way out; see `emit`.
     events: mpsc::Sender<(Event, ObjectReference)>,
 }
@@ -66,6 +68,8 @@ impl Default for CleanupGrace {
         }
     }
 }
+
+pub const DEFAULT_RECONCILE_SLOTS: usize = 32;
 
 /// Events waiting to be published. A full queue drops events (with a warning)
 /// rather than slow down node writes.
@@ -92,6 +96,7 @@ impl Context {
         Context {
             events,
             cleanup_grace: CleanupGrace::default(),
+            reconcile_slots: tokio::sync::Semaphore::new(DEFAULT_RECONCILE_SLOTS),
             reporter,
             client,
             nodes,

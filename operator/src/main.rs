@@ -62,8 +62,8 @@ struct RunArgs {
     /// This replica's name in the Lease and in events (default: POD_NAME, then the hostname).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// Nodes reconciled at once.
-    #[arg(long, default_value_t = 32)]
+    /// Node reconciles running at once (the rest wait their turn, first come first served).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
     #[arg(
         long,

@@ -13,6 +13,7 @@ use kube::{
     runtime::{
         controller::Action,
         events::{Event, EventType},
+        reflector::ObjectRef,
     },
 };
 
@@ -35,6 +36,15 @@ pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 
 pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
     ctx.wait_synced().await;
+    let _slot = ctx
+        .reconcile_slots
+        .acquire()
+        .await
+        .expect("reconcile slots are never closed");
+    // The node may have changed while this reconcile waited for its slot.
+    let Some(node) = ctx.nodes.get(&ObjectRef::from_obj(&*node)) else {
+        return Ok(Action::await_change());
+    };
     let set = ctx.policy_set();
     if !ctx.pod_watches.synced_for(&set) {
         // A policy was just added and its critical pods are still being listed.

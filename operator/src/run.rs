@@ -163,7 +163,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let (node_reader, node_writer) = reflector::store::<Node>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
     let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone());
-    let ctx = Arc::new(Context::new(
+    let mut ctx = Context::new(
         client.clone(),
         node_reader.clone(),
         policy_reader.clone(),
@@ -171,7 +171,9 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         metrics.clone(),
         synced_rx.clone(),
         Some(cfg.identity.clone()),
-    ));
+    );
+    ctx.reconcile_slots = tokio::sync::Semaphore::new(cfg.concurrency.into());
+    let ctx = Arc::new(ctx);
 
     // Every replica serves health, metrics and (when enabled) the webhook.
     let listener = http::bind(cfg.metrics_addr)
