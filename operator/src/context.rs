@@ -2,6 +2,7 @@
 //! the cap ledger, metrics and the event recorder.
 
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex, RwLock},
     time::Duration,
 };
@@ -46,6 +47,10 @@ pub struct Context {
     pub synced: watch::Receiver<bool>,
     pub clock: fn() -> Timestamp,
     pub cleanup_grace: CleanupGrace,
+    /// Node name → (the resourceVersion our last write to it replaced, the node that
+    /// write returned), until the node watch delivers anything newer. A reconcile
+    /// that runs before then would plan on the replaced node and lose a conflict.
+    pub recent_writes: Mutex<HashMap<String, (String, Arc<Node>)>>,
     /// Node reconciles running at once; see `node_reconciler::reconcile_node`.
     pub reconcile_slots: tokio::sync::Semaphore,
     /// Node events on their way out; see `emit`.
@@ -73,9 +78,9 @@ pub const DEFAULT_RECONCILE_SLOTS: usize = 32;
 
 /// Events waiting to be published. A full queue drops events (with a warning)
 /// rather than slow down node writes.
-const EVENT_QUEUE: usize = 4096;
+const EVENT_QUEUE: usize = 16384;
 /// Events published at once.
-const EVENTS_IN_FLIGHT: usize = 4;
+const EVENTS_IN_FLIGHT: usize = 8;
 
 impl Context {
     pub fn new(
@@ -96,6 +101,7 @@ impl Context {
         Context {
             events,
             cleanup_grace: CleanupGrace::default(),
+            recent_writes: Mutex::default(),
             reconcile_slots: tokio::sync::Semaphore::new(DEFAULT_RECONCILE_SLOTS),
             reporter,
             client,
@@ -149,6 +155,53 @@ impl Context {
                 "event queue full; event dropped"
             );
         }
+    }
+
+    /// `cached`, or the node our own last write returned when the cache has not
+    /// caught up with that write yet.
+    pub fn freshest(&self, cached: Arc<Node>) -> Arc<Node> {
+        let name = cached.metadata.name.as_deref().unwrap_or_default();
+        let mut writes = self.recent_writes.lock().expect("recent writes lock");
+        match writes.get(name) {
+            Some((replaced, written))
+                if cached.metadata.resource_version.as_ref() == Some(replaced) =>
+            {
+                written.clone()
+            }
+            Some(_) => {
+                writes.remove(name);
+                cached
+            }
+            None => cached,
+        }
+    }
+
+    /// Remembers a write until the node watch shows something newer. Not when the
+    /// cache already has moved past the node the write replaced.
+    pub fn wrote(&self, base_resource_version: &str, written: &Node) {
+        let name = written.metadata.name.clone().unwrap_or_default();
+        let cached = self
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(&name));
+        if cached
+            .is_some_and(|c| c.metadata.resource_version.as_deref() == Some(base_resource_version))
+        {
+            self.recent_writes
+                .lock()
+                .expect("recent writes lock")
+                .insert(
+                    name,
+                    (base_resource_version.to_string(), Arc::new(written.clone())),
+                );
+        }
+    }
+
+    /// The node watch delivered a version of `node`: newer than any write of ours it has.
+    pub fn node_seen(&self, node: &str) {
+        self.recent_writes
+            .lock()
+            .expect("recent writes lock")
+            .remove(node);
     }
 
     /// Waits until every cache has synced, so no node is judged on half a picture.

@@ -26,6 +26,7 @@ use crate::{
     node_plan::{NodePlan, TaintChange, UnknownPolicies, plan_node},
     node_writer::write_node,
     policy_set::PolicySet,
+    slim::SlimNode,
 };
 
 const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
@@ -45,6 +46,7 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action
     let Some(node) = ctx.nodes.get(&ObjectRef::from_obj(&*node)) else {
         return Ok(Action::await_change());
     };
+    let node = ctx.freshest(node);
     let set = ctx.policy_set();
     if !ctx.pod_watches.synced_for(&set) {
         // A policy was just added and its critical pods are still being listed.
@@ -87,7 +89,8 @@ pub async fn converge_node(
     let now = (ctx.clock)();
     let next_check = Mutex::new(None);
     let held_back = Mutex::new(false);
-    let api: Api<Node> = Api::all(ctx.client.clone());
+    // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
+    let api: Api<SlimNode> = Api::all(ctx.client.clone());
     let replan = |n: &Node| -> NodePlan {
         let view = NodeView::from_node(n);
         let eval = {
@@ -120,6 +123,7 @@ pub async fn converge_node(
     // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
     ctx.pod_watches.reevaluate(wake);
     if let Some(w) = written {
+        ctx.wrote(&w.base_resource_version, &w.node);
         report(ctx, &w.node, &w.plan);
     }
     let mut next_check = next_check.into_inner().expect("next check lock");

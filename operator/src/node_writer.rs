@@ -17,7 +17,7 @@ use crate::{
     error::{Error, Result},
     metrics::Metrics,
     node_plan::NodePlan,
-    trim::trim_node,
+    slim::SlimNode,
 };
 
 pub const MAX_ATTEMPTS: u32 = 6;
@@ -86,6 +86,8 @@ pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
 pub struct Written {
     pub plan: NodePlan,
     pub node: Node,
+    /// The resourceVersion the write was guarded by (the node it changed).
+    pub base_resource_version: String,
 }
 
 /// True for the API server's answers to a patch whose `test` failed or that lost a race.
@@ -109,7 +111,7 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 /// Plans against `node` with `replan` and writes the result, re-reading and
 /// re-planning on conflicts. Returns `None` when the node needs no change.
 pub async fn write_node(
-    api: &Api<Node>,
+    api: &Api<SlimNode>,
     metrics: &Metrics,
     mut node: Node,
     replan: impl Fn(&Node) -> NodePlan,
@@ -128,11 +130,11 @@ pub async fn write_node(
             serde_json::from_value(patch).expect("build_patch writes valid JSON patches");
         metrics.node_writes.inc();
         match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
-            Ok(mut written) => {
-                trim_node(&mut written);
+            Ok(written) => {
                 return Ok(Some(Written {
                     plan,
-                    node: written,
+                    node: written.0,
+                    base_resource_version: node.metadata.resource_version.unwrap_or_default(),
                 }));
             }
             Err(e) if is_conflict(&e) => {
@@ -142,8 +144,8 @@ pub async fn write_node(
                 node = api
                     .get(&name)
                     .await
-                    .map_err(|e| Error::kube(format!("get node {name}"), e))?;
-                trim_node(&mut node);
+                    .map_err(|e| Error::kube(format!("get node {name}"), e))?
+                    .0;
             }
             Err(e) => return Err(Error::kube(format!("patch node {name}"), e)),
         }

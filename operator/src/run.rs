@@ -300,9 +300,16 @@ async fn drive_nodes(
         .boxed();
     while let Some(event) = stream.next().await {
         let node = match event {
-            Ok(Event::Apply(n) | Event::InitApply(n)) => n,
+            Ok(Event::Apply(n) | Event::InitApply(n)) => {
+                ctx.node_seen(&n.name_any());
+                n
+            }
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
-            Ok(Event::Delete(_) | Event::Init) => continue,
+            Ok(Event::Delete(n)) => {
+                ctx.node_seen(&n.name_any());
+                continue;
+            }
+            Ok(Event::Init) => continue,
             Ok(Event::InitDone) => {
                 ctx.nodes_synced
                     .store(true, std::sync::atomic::Ordering::Release);

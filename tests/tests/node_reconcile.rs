@@ -743,3 +743,37 @@ async fn two_policies_adding_in_one_write_share_one_event() {
     )
     .await;
 }
+
+/// The node watch has not delivered our own write yet when the node is reconciled
+/// again (another of its pods changed): plan on the node the write returned, not on
+/// the cached one it replaced, which would only lose a conflict.
+#[tokio::test]
+async fn a_reconcile_before_the_cache_sees_our_write_plans_on_the_written_node() {
+    let n1 = node("n1").condition(NIC, "Ruined").build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let written = api
+                .expect_node_patch(
+                    "n1",
+                    json!([
+                        test_rv("100"),
+                        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                    ]),
+                )
+                .await;
+            assert_ne!(written["metadata"]["resourceVersion"], "100");
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            // No second request: the second reconcile finds nothing to change.
+            api
+        },
+        |h| async move {
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap()
+        },
+    )
+    .await;
+}
