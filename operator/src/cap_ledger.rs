@@ -102,6 +102,25 @@ impl CapLedger {
             .collect()
     }
 
+    /// Drops what it knows of policies that are no longer capped: reconciles do not
+    /// report to the ledger while no policy is capped, so that knowledge would be
+    /// stale if a cap came back. A fresh start counts from the cache.
+    pub fn forget_uncapped(&mut self, set: &PolicySet) {
+        let capped: HashSet<&str> = set
+            .policies
+            .iter()
+            .filter(|p| {
+                p.rules
+                    .as_ref()
+                    .is_ok_and(|r| r.max_tainted_nodes.is_some())
+            })
+            .map(|p| p.name.as_str())
+            .collect();
+        for map in [&mut self.carrying, &mut self.observed, &mut self.held] {
+            map.retain(|policy, _| capped.contains(policy.as_str()));
+        }
+    }
+
     /// Records what the node carries after a reconcile (`before` is what it carried
     /// going in), freeing places it no longer holds. Returns the nodes held back by a
     /// policy that just got a free place: they must be evaluated again now, as nothing

@@ -115,13 +115,21 @@ pub async fn converge_node(
     };
     let written = write_node(&api, &ctx.metrics, node.clone(), replan).await?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
-    let wake = ctx.caps.lock().expect("cap ledger lock").observe(
-        set,
-        &NodeView::from_node(&node),
-        &NodeView::from_node(final_node),
-    );
-    // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
-    ctx.pod_watches.reevaluate(wake);
+    // Only capped policies need the ledger (see `CapLedger::forget_uncapped`).
+    let capped = set.policies.iter().any(|p| {
+        p.rules
+            .as_ref()
+            .is_ok_and(|r| r.max_tainted_nodes.is_some())
+    });
+    if capped {
+        let wake = ctx.caps.lock().expect("cap ledger lock").observe(
+            set,
+            &NodeView::from_node(&node),
+            &NodeView::from_node(final_node),
+        );
+        // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
+        ctx.pod_watches.reevaluate(wake);
+    }
     if let Some(w) = written {
         ctx.wrote(&w.base_resource_version, &w.node);
         report(ctx, &w.node, &w.plan);

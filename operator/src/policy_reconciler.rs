@@ -88,6 +88,11 @@ pub fn mentions(node: &Node, policy: &str) -> bool {
             .and_then(|a| a.get(k))
             .map(String::as_str)
     };
+    // Cheap test first: cleanup asks this of every node, several times a second.
+    let named = |k: &str| annotation(k).is_some_and(|v| v.contains(policy));
+    if !named(MANAGED_TAINTS_ANNOTATION) && !named(BOOTSTRAPPED_ANNOTATION) {
+        return false;
+    }
     ManagedTaints::parse(annotation(MANAGED_TAINTS_ANNOTATION))
         .0
         .values()
@@ -99,7 +104,7 @@ pub fn mentions(node: &Node, policy: &str) -> bool {
 
 async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
     let name = policy.name_any();
-    tracing::info!(policy = %name, nodes = nodes_mentioning(ctx, &name).len(), "policy deleted: cleaning its taints from nodes");
+    tracing::info!(policy = %name, nodes = count_mentioning(ctx, &name), "policy deleted: cleaning its taints from nodes");
     // Once the policy watcher has seen the deletion, the node controller
     // re-evaluates every node and removes this policy's taints in the same single
     // write as any other change. Writing the same nodes here as well made the two
@@ -107,7 +112,7 @@ async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
     let seen = wait_until(ctx.cleanup_grace.watcher, || deletion_seen(ctx, &name)).await;
     if seen {
         wait_until(ctx.cleanup_grace.node_controller, || {
-            nodes_mentioning(ctx, &name).is_empty()
+            count_mentioning(ctx, &name) == 0
         })
         .await;
     }
@@ -139,6 +144,14 @@ async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
     Ok(Action::await_change())
 }
 
+fn count_mentioning(ctx: &Context, policy: &str) -> usize {
+    ctx.nodes
+        .state()
+        .iter()
+        .filter(|n| mentions(n, policy))
+        .count()
+}
+
 fn nodes_mentioning(ctx: &Context, policy: &str) -> Vec<Node> {
     ctx.nodes
         .state()
@@ -167,6 +180,6 @@ async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -385,6 +385,10 @@ async fn watch_policies(
                 }
                 last = Some(signature);
                 let set = PolicySet::from_resources(policies.iter().map(|p| p.as_ref()));
+                ctx.caps
+                    .lock()
+                    .expect("cap ledger lock")
+                    .forget_uncapped(&set);
                 ctx.pod_watches.update(&set);
                 ctx.set_policy_set(set);
                 let _ = all_nodes.send(());
