@@ -162,7 +162,7 @@ impl PodIndex {
 }
 
 /// The pods of one node, by namespace.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct NodePods<'a>(&'a [(String, Vec<PodView>)]);
 
 impl<'a> NodePods<'a> {

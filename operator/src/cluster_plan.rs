@@ -7,8 +7,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     cluster::{NodeView, PodIndex},
-    decision::{NodeEvaluation, evaluate_node},
-    node_plan::{NodePlan, UnknownPolicies, carries, plan_node},
+    decision::{NodeEvaluation, NodeFacts, Verdict},
+    node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_evaluated},
     policy_set::PolicySet,
 };
 
@@ -64,12 +64,28 @@ pub fn admissions(
     nodes: &[NodeView],
     evals: &[NodeEvaluation],
 ) -> Vec<Option<HashSet<usize>>> {
+    admit(set, nodes, |n, i| evals[n].policies[i].verdict())
+}
+
+/// [`admissions`] from the verdict of policy `i` on node `n`.
+fn admit(
+    set: &PolicySet,
+    nodes: &[NodeView],
+    verdict: impl Fn(usize, usize) -> Verdict,
+) -> Vec<Option<HashSet<usize>>> {
     (0..set.policies.len())
         .map(|i| {
-            let selected = evals.iter().filter(|e| e.policies[i].selected).count();
+            // Only a cap needs the count; most policies have none.
+            set.policies[i]
+                .rules
+                .as_ref()
+                .ok()?
+                .max_tainted_nodes
+                .as_ref()?;
+            let selected = (0..nodes.len()).filter(|&n| verdict(n, i).selected).count();
             let limit = set.policies[i].tainted_limit(selected)?;
             let capped: Vec<usize> = (0..nodes.len())
-                .filter(|&n| evals[n].policies[i].capped())
+                .filter(|&n| verdict(n, i).capped())
                 .collect();
             let (carrying, mut waiting): (Vec<usize>, Vec<usize>) = capped
                 .into_iter()
@@ -93,28 +109,129 @@ pub fn plan_cluster(
     now: Timestamp,
     unknown: UnknownPolicies,
 ) -> ClusterPlan {
-    let evals: Vec<NodeEvaluation> = nodes
+    // Every policy's verdict on every node. The reason words are built later, and only
+    // for what a node's plan changes or notes: building them, and a `NodeEvaluation`
+    // per node, for every node was much of what this cost.
+    let width = set.policies.len();
+    let mut verdicts = Vec::with_capacity(nodes.len() * width);
+    let mut next_check: Option<Timestamp> = None;
+    // Whether a policy has a cap does not depend on how many nodes it selects.
+    let has_cap: Vec<bool> = set
+        .policies
         .iter()
-        .map(|n| evaluate_node(set, n, pods, now))
+        .map(|p| p.is_active() && p.tainted_limit(0).is_some())
         .collect();
-    let admitted = admissions(set, nodes, &evals);
-    let plans: Vec<NodePlan> = nodes
-        .iter()
+    let mut facts: Option<NodeFacts> = None;
+    let mut row = Vec::with_capacity(width);
+    // A node is planned right after its evaluation, while its data is still in the
+    // cache (reading a node is most of what planning costs, and 5,000 of them do not
+    // stay cached from one pass to the next). Only a node that asks a cap for room
+    // waits for the admissions, which need every node's verdicts.
+    let mut plans: Vec<Option<NodePlan>> = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        // One `NodeFacts` for all nodes, to reuse its buffers.
+        let facts = match &mut facts {
+            Some(facts) => {
+                facts.load(node);
+                facts
+            }
+            None => facts.insert(NodeFacts::new(set, pods, node)),
+        };
+        row.clear();
+        row.extend((0..width).map(|i| facts.verdict(i, now, &mut next_check)));
+        let asks = (0..width).any(|i| has_cap[i] && row[i].capped() && !carries(set, i, node));
+        let plan = (!asks).then(|| {
+            let eval = Verdicts {
+                set,
+                node,
+                pods,
+                now,
+                verdicts: &row,
+            };
+            plan_evaluated(set, node, &eval, &|i| !has_cap[i], unknown, now)
+        });
+        plans.push(plan);
+        verdicts.extend_from_slice(&row);
+    }
+    let verdict = |n: usize, i: usize| verdicts[n * width + i];
+    let admitted = admit(set, nodes, verdict);
+    let plans: Vec<NodePlan> = plans
+        .into_iter()
         .enumerate()
-        .map(|(n, node)| {
-            let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
-            plan_node(set, node, &evals[n], &admit, unknown, now)
+        .map(|(n, plan)| {
+            plan.unwrap_or_else(|| {
+                let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
+                let eval = Verdicts {
+                    set,
+                    node: &nodes[n],
+                    pods,
+                    now,
+                    verdicts: &verdicts[n * width..(n + 1) * width],
+                };
+                plan_evaluated(set, &nodes[n], &eval, &admit, unknown, now)
+            })
         })
         .collect();
-    let policies = (0..set.policies.len())
-        .map(|i| summarize(set, i, nodes, &evals, &admitted[i], &plans))
+    let unconverged = unconverged(set, &plans);
+    let policies = (0..width)
+        .map(|i| {
+            summary(
+                set,
+                i,
+                nodes,
+                |n| verdict(n, i),
+                &admitted[i],
+                unconverged[i],
+            )
+        })
         .collect();
-    let next_check = evals.iter().filter_map(|e| e.next_check).min();
     ClusterPlan {
         nodes: plans,
         policies,
         next_check,
     }
+}
+
+/// One node's verdicts; the reason words of a policy are evaluated again when asked.
+struct Verdicts<'a> {
+    set: &'a PolicySet,
+    node: &'a NodeView,
+    pods: &'a PodIndex,
+    now: Timestamp,
+    verdicts: &'a [Verdict],
+}
+
+impl Evaluated for Verdicts<'_> {
+    fn verdict(&self, i: usize) -> Verdict {
+        self.verdicts[i]
+    }
+
+    fn reasons(&self, i: usize) -> Vec<String> {
+        NodeFacts::new(self.set, self.pods, self.node)
+            .evaluate(i, self.now, &mut None)
+            .reasons()
+    }
+}
+
+/// Per policy, how many plans change one of its taints.
+fn unconverged(set: &PolicySet, plans: &[NodePlan]) -> Vec<usize> {
+    let mut counts = vec![0; set.policies.len()];
+    for pl in plans {
+        if pl.added.is_empty() && pl.removed.is_empty() {
+            continue;
+        }
+        for (i, p) in set.policies.iter().enumerate() {
+            if pl
+                .added
+                .iter()
+                .chain(&pl.removed)
+                .any(|c| c.policy == p.name)
+            {
+                counts[i] += 1;
+            }
+        }
+    }
+    counts
 }
 
 /// The status numbers and reason of policy `i`.
@@ -126,37 +243,49 @@ pub fn summarize(
     admitted: &Option<HashSet<usize>>,
     plans: &[NodePlan],
 ) -> PolicySummary {
+    let unconverged = unconverged(set, plans)[i];
+    summary(
+        set,
+        i,
+        nodes,
+        |n| evals[n].policies[i].verdict(),
+        admitted,
+        unconverged,
+    )
+}
+
+/// [`summarize`] from the verdict of policy `i` on node `n` and the number of plans
+/// that change its taints.
+fn summary(
+    set: &PolicySet,
+    i: usize,
+    nodes: &[NodeView],
+    verdict: impl Fn(usize) -> Verdict,
+    admitted: &Option<HashSet<usize>>,
+    unconverged: usize,
+) -> PolicySummary {
     let p = &set.policies[i];
     let mut selected = 0;
     let mut tainted_names = Vec::new();
     let mut pending = 0;
-    for (n, e) in evals.iter().enumerate() {
-        let pe = &e.policies[i];
+    for (n, node) in nodes.iter().enumerate() {
+        let pe = verdict(n);
         selected += usize::from(pe.selected);
         if !pe.wants_taints() {
             continue;
         }
         let held = pe.capped()
-            && !carries(set, i, &nodes[n])
+            && !carries(set, i, node)
             && admitted.as_ref().is_some_and(|a| !a.contains(&n));
         if held {
             pending += 1;
         } else {
-            tainted_names.push(nodes[n].name.clone());
+            tainted_names.push(node.name.clone());
         }
     }
     tainted_names.sort();
     let tainted = tainted_names.len();
     let counts = format!("{tainted} of {selected} selected nodes tainted");
-    let unconverged = plans
-        .iter()
-        .filter(|pl| {
-            pl.added
-                .iter()
-                .chain(&pl.removed)
-                .any(|c| c.policy == p.name)
-        })
-        .count();
     let conflicts = set.conflicts(i);
     let (ready, reason, message) = if let Err(invalid) = &p.rules {
         (false, Reason::InvalidSpec, invalid.to_string())

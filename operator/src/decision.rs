@@ -85,6 +85,56 @@ pub struct NodeEvaluation {
     pub next_check: Option<Timestamp>,
 }
 
+/// What one policy makes of one node without the words: all that planning and the
+/// status numbers need. A full evaluation keeps one per node and policy, and builds
+/// the [`PolicyEval`] (its reason lines) only where a plan changes or notes something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdict {
+    pub selected: bool,
+    /// Selected, valid, and not a BootstrapOnly policy that completed here earlier
+    /// (`Outcome::Evaluated`).
+    pub evaluated: bool,
+    /// A matcher matches.
+    pub matched: bool,
+    /// A readiness check fails.
+    pub unready: bool,
+}
+
+impl Verdict {
+    pub fn wants_taints(self) -> bool {
+        self.evaluated && (self.matched || self.unready)
+    }
+
+    /// Wanted only because a matcher matched: the taints `maxTaintedNodes` caps.
+    pub fn capped(self) -> bool {
+        self.evaluated && self.matched && !self.unready
+    }
+
+    /// Ready by every check and no matcher matches: a BootstrapOnly policy is done here.
+    pub fn ready_and_clear(self) -> bool {
+        self.evaluated && !self.matched && !self.unready
+    }
+}
+
+impl PolicyEval {
+    pub fn verdict(&self) -> Verdict {
+        match &self.outcome {
+            Outcome::Evaluated {
+                matched, unready, ..
+            } => Verdict {
+                selected: self.selected,
+                evaluated: true,
+                matched: !matched.is_empty(),
+                unready: !unready.is_empty(),
+            },
+            Outcome::NotApplicable | Outcome::Completed => Verdict {
+                selected: self.selected,
+                ..Verdict::default()
+            },
+        }
+    }
+}
+
 pub fn evaluate_node(
     set: &PolicySet,
     node: &NodeView,
@@ -92,12 +142,9 @@ pub fn evaluate_node(
     now: Timestamp,
 ) -> NodeEvaluation {
     let mut next_check: Option<Timestamp> = None;
-    // One index lookup per node, not one per critical pod of every policy.
-    let pods = pods.node(&node.name);
-    let policies = set
-        .policies
-        .iter()
-        .map(|p| evaluate_in(p, node, pods, now, &mut next_check))
+    let mut facts = NodeFacts::new(set, pods, node);
+    let policies = (0..set.policies.len())
+        .map(|i| facts.evaluate(i, now, &mut next_check))
         .collect();
     NodeEvaluation {
         policies,
@@ -105,6 +152,7 @@ pub fn evaluate_node(
     }
 }
 
+/// One policy on its own; [`evaluate_node`] is cheaper for several.
 pub fn evaluate_policy(
     policy: &CompiledPolicy,
     node: &NodeView,
@@ -112,67 +160,250 @@ pub fn evaluate_policy(
     now: Timestamp,
     next_check: &mut Option<Timestamp>,
 ) -> PolicyEval {
-    evaluate_in(policy, node, pods.node(&node.name), now, next_check)
+    let set = PolicySet::new([policy.clone()]);
+    NodeFacts::new(&set, pods, node).evaluate(0, now, next_check)
 }
 
-fn evaluate_in(
-    policy: &CompiledPolicy,
-    node: &NodeView,
-    pods: NodePods<'_>,
-    now: Timestamp,
-    next_check: &mut Option<Timestamp>,
-) -> PolicyEval {
-    let Ok(rules) = &policy.rules else {
-        return PolicyEval {
-            selected: false,
-            outcome: Outcome::NotApplicable,
-        };
-    };
-    if !rules.node_selector.matches(&node.labels) {
-        return PolicyEval {
-            selected: false,
-            outcome: Outcome::NotApplicable,
-        };
-    }
-    if policy.mode == Mode::BootstrapOnly && node.bootstrapped.completed(&policy.name, &policy.uid)
-    {
-        return PolicyEval {
-            selected: true,
-            outcome: Outcome::Completed,
-        };
-    }
-    let mut matched = Vec::new();
-    for group in &rules.matchers {
-        match match_group(group, node, now) {
-            GroupMatch::Matched(reason) => matched.push(reason),
-            GroupMatch::MatchesAt(t) => *next_check = Some(next_check.map_or(t, |n| n.min(t))),
-            GroupMatch::No => {}
+/// What the policies of a set read of one node, looked up once for all of them: the
+/// labels node selectors read, the node's pods, and (on first use) each distinct
+/// critical-pod look-up. [`NodeFacts::load`] moves on to another node.
+pub struct NodeFacts<'a> {
+    set: &'a PolicySet,
+    index: &'a PodIndex,
+    node: &'a NodeView,
+    pods: NodePods<'a>,
+    labels: Vec<Option<&'a str>>,
+    /// By `PolicySet::pod_checks` index; `None` until a policy asks.
+    pod_checks: Vec<Option<PodCheckResult<'a>>>,
+}
+
+/// What a critical-pod look-up found on the node.
+#[derive(Debug, Clone, Copy)]
+enum PodCheckResult<'a> {
+    Ready,
+    NoPod,
+    /// None of the selected pods is Ready; the first by name.
+    NotReady(&'a PodView),
+}
+
+/// Reason lines, when asked for.
+#[derive(Default)]
+struct Words {
+    matched: Vec<String>,
+    unready: Vec<String>,
+}
+
+/// Failed readiness checks: their reasons when asked for, else only whether any failed.
+struct Failed<'r> {
+    reasons: Option<&'r mut Vec<String>>,
+    any: bool,
+}
+
+impl Failed<'_> {
+    /// Records a failed check; true when that settles it (no reasons are wanted).
+    fn add(&mut self, reason: impl FnOnce() -> String) -> bool {
+        self.any = true;
+        match self.reasons.as_deref_mut() {
+            Some(reasons) => {
+                reasons.push(reason());
+                false
+            }
+            None => true,
         }
     }
-    let unready = rules
-        .readiness
-        .as_ref()
-        .map(|r| unready_reasons(r, node, pods))
-        .unwrap_or_default();
-    PolicyEval {
-        selected: true,
-        outcome: Outcome::Evaluated {
+}
+
+impl<'a> NodeFacts<'a> {
+    pub fn new(set: &'a PolicySet, index: &'a PodIndex, node: &'a NodeView) -> Self {
+        let mut facts = NodeFacts {
+            set,
+            index,
+            node,
+            pods: NodePods::default(),
+            labels: Vec::new(),
+            pod_checks: Vec::new(),
+        };
+        facts.load(node);
+        facts
+    }
+
+    /// Forgets the node and reads this one instead, reusing the buffers.
+    pub fn load(&mut self, node: &'a NodeView) {
+        self.node = node;
+        // One index lookup per node, not one per critical pod of every policy.
+        self.pods = self.index.node(&node.name);
+        self.set.label_values_into(&node.labels, &mut self.labels);
+        self.pod_checks.clear();
+        self.pod_checks.resize(self.set.pod_checks().len(), None);
+    }
+
+    /// Policy `i` on the node, with the reasons.
+    pub fn evaluate(
+        &mut self,
+        i: usize,
+        now: Timestamp,
+        next_check: &mut Option<Timestamp>,
+    ) -> PolicyEval {
+        let mut words = Words::default();
+        let v = self.judge(i, now, next_check, Some(&mut words));
+        let outcome = if v.evaluated {
+            let rules = self.set.policies[i].rules.as_ref().ok();
+            Outcome::Evaluated {
+                matched: words.matched,
+                unready: words.unready,
+                has_readiness: rules.is_some_and(|r| r.readiness.is_some()),
+                has_matchers: rules.is_some_and(|r| !r.matchers.is_empty()),
+            }
+        } else if v.selected {
+            Outcome::Completed
+        } else {
+            Outcome::NotApplicable
+        };
+        PolicyEval {
+            selected: v.selected,
+            outcome,
+        }
+    }
+
+    /// Policy `i` on the node, without the reasons.
+    pub fn verdict(
+        &mut self,
+        i: usize,
+        now: Timestamp,
+        next_check: &mut Option<Timestamp>,
+    ) -> Verdict {
+        self.judge(i, now, next_check, None)
+    }
+
+    /// The evaluation itself; builds reason lines only into `words`.
+    fn judge(
+        &mut self,
+        i: usize,
+        now: Timestamp,
+        next_check: &mut Option<Timestamp>,
+        mut words: Option<&mut Words>,
+    ) -> Verdict {
+        let node = self.node;
+        let policy = &self.set.policies[i];
+        let (true, Ok(rules)) = (self.set.selects(i, &self.labels), &policy.rules) else {
+            return Verdict::default();
+        };
+        if policy.mode == Mode::BootstrapOnly
+            && node.bootstrapped.completed(&policy.name, &policy.uid)
+        {
+            return Verdict {
+                selected: true,
+                ..Verdict::default()
+            };
+        }
+        let mut matched = false;
+        for group in &rules.matchers {
+            match match_group(group, node, now, words.is_some()) {
+                GroupMatch::Matched(reason) => {
+                    matched = true;
+                    if let (Some(w), Some(reason)) = (words.as_deref_mut(), reason) {
+                        w.matched.push(reason);
+                    }
+                }
+                GroupMatch::MatchesAt(t) => *next_check = Some(next_check.map_or(t, |n| n.min(t))),
+                GroupMatch::No => {}
+            }
+        }
+        let unready = match &rules.readiness {
+            Some(r) => self.unready(i, r, words.map(|w| &mut w.unready)),
+            None => false,
+        };
+        Verdict {
+            selected: true,
+            evaluated: true,
             matched,
             unready,
-            has_readiness: rules.readiness.is_some(),
-            has_matchers: !rules.matchers.is_empty(),
-        },
+        }
+    }
+
+    /// True when a readiness check of policy `i` fails; with `reasons`, says which (all of them).
+    fn unready(&mut self, i: usize, r: &Readiness, reasons: Option<&mut Vec<String>>) -> bool {
+        let node = self.node;
+        let mut failed = Failed {
+            reasons,
+            any: false,
+        };
+        for c in &r.conditions {
+            let stop = match node.condition(&c.type_) {
+                Some(nc) if c.status.is_match(&nc.status) => false,
+                Some(nc) => failed.add(|| {
+                    format!(
+                        "readiness condition {} is {} (want {})",
+                        c.type_, nc.status, c.status_source
+                    )
+                }),
+                None => failed.add(|| format!("readiness condition {} is missing", c.type_)),
+            };
+            if stop {
+                return true;
+            }
+        }
+        for (cp, &check) in r.critical_pods.iter().zip(self.set.pod_checks_of(i)) {
+            let stop = match self.pod_check(check) {
+                PodCheckResult::Ready => false,
+                PodCheckResult::NoPod => {
+                    failed.add(|| format!("critical pod {} has no pod on the node", cp.name))
+                }
+                PodCheckResult::NotReady(p) => failed.add(|| {
+                    format!(
+                        "critical pod {} is not Ready ({}/{})",
+                        cp.name, p.namespace, p.name
+                    )
+                }),
+            };
+            if stop {
+                return true;
+            }
+        }
+        failed.any
+    }
+
+    fn pod_check(&mut self, check: usize) -> PodCheckResult<'a> {
+        if let Some(found) = self.pod_checks[check] {
+            return found;
+        }
+        let c = &self.set.pod_checks()[check];
+        // Ready if any selected pod is; otherwise name the first by name, so the
+        // reason is the same whatever order the cache lists them in.
+        let mut first: Option<&PodView> = None;
+        let mut found = PodCheckResult::NoPod;
+        for p in self.pods.pods(&c.namespace) {
+            if !c.selector.matches(&p.labels) {
+                continue;
+            }
+            if p.ready {
+                found = PodCheckResult::Ready;
+                break;
+            }
+            if first.is_none_or(|f| p.name < f.name) {
+                first = Some(p);
+                found = PodCheckResult::NotReady(p);
+            }
+        }
+        self.pod_checks[check] = Some(found);
+        found
     }
 }
 
 enum GroupMatch {
-    Matched(String),
+    /// With the reason, when asked for.
+    Matched(Option<String>),
     /// Every condition matches but a `for` window is still running until then.
     MatchesAt(Timestamp),
     No,
 }
 
-fn match_group(group: &[CompiledCondition], node: &NodeView, now: Timestamp) -> GroupMatch {
+fn match_group(
+    group: &[CompiledCondition],
+    node: &NodeView,
+    now: Timestamp,
+    say: bool,
+) -> GroupMatch {
     let mut window_ends: Option<Timestamp> = None;
     for c in group {
         let Some(nc) = node.condition(&c.type_) else {
@@ -197,6 +428,9 @@ fn match_group(group: &[CompiledCondition], node: &NodeView, now: Timestamp) -> 
     if let Some(t) = window_ends {
         return GroupMatch::MatchesAt(t);
     }
+    if !say {
+        return GroupMatch::Matched(None);
+    }
     // Every condition matched (so each is present): only now build the reason.
     let parts: Vec<String> = group
         .iter()
@@ -208,54 +442,11 @@ fn match_group(group: &[CompiledCondition], node: &NodeView, now: Timestamp) -> 
             })
         })
         .collect();
-    if parts.len() == 1 {
-        GroupMatch::Matched(format!("condition {} matched", parts[0]))
+    GroupMatch::Matched(Some(if parts.len() == 1 {
+        format!("condition {} matched", parts[0])
     } else {
-        GroupMatch::Matched(format!("conditions {} matched", parts.join(" and ")))
-    }
-}
-
-fn unready_reasons(r: &Readiness, node: &NodeView, pods: NodePods<'_>) -> Vec<String> {
-    let mut reasons = Vec::new();
-    for c in &r.conditions {
-        match node.condition(&c.type_) {
-            None => reasons.push(format!("readiness condition {} is missing", c.type_)),
-            Some(nc) if !c.status.is_match(&nc.status) => reasons.push(format!(
-                "readiness condition {} is {} (want {})",
-                c.type_, nc.status, c.status_source
-            )),
-            Some(_) => {}
-        }
-    }
-    for cp in &r.critical_pods {
-        // Ready if any selected pod is; otherwise name the first by name, so the
-        // reason is the same whatever order the cache lists them in.
-        let mut ready = false;
-        let mut first: Option<&PodView> = None;
-        for p in pods.pods(&cp.namespace) {
-            if !cp.selector.matches(&p.labels) {
-                continue;
-            }
-            if p.ready {
-                ready = true;
-                break;
-            }
-            if first.is_none_or(|f| p.name < f.name) {
-                first = Some(p);
-            }
-        }
-        if ready {
-            continue;
-        }
-        match first {
-            None => reasons.push(format!("critical pod {} has no pod on the node", cp.name)),
-            Some(p) => reasons.push(format!(
-                "critical pod {} is not Ready ({}/{})",
-                cp.name, p.namespace, p.name
-            )),
-        }
-    }
-    reasons
+        format!("conditions {} matched", parts.join(" and "))
+    }))
 }
 
 fn add(t: Timestamp, d: Duration) -> Timestamp {

@@ -5,14 +5,12 @@
 //! a conflict loser never touches the taint, invalid and dry-run policies freeze
 //! what they own, and taints whose policy is gone are cleaned up.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use taint_operator_crd::{Mode, PolicyTaint, TaintEffect};
 
 use crate::{
     cluster::NodeView,
-    decision::NodeEvaluation,
+    decision::{NodeEvaluation, Verdict},
     ownership::{Bootstrapped, ManagedTaints, split_taint_id},
     policy_set::PolicySet,
 };
@@ -76,22 +74,29 @@ impl NodePlan {
     }
 }
 
-enum Desired<'a> {
-    Present {
-        taint: &'a PolicyTaint,
-        policy: usize,
-    },
-    Absent {
-        policy: usize,
-    },
+/// What planning asks of a node's evaluation: each policy's [`Verdict`], and why in
+/// words for the few policies whose taints change or are held back.
+pub trait Evaluated {
+    fn verdict(&self, i: usize) -> Verdict;
+    /// The reason lines of policy `i` ([`crate::decision::PolicyEval::reasons`]).
+    fn reasons(&self, i: usize) -> Vec<String>;
+}
+
+impl Evaluated for NodeEvaluation {
+    fn verdict(&self, i: usize) -> Verdict {
+        self.policies[i].verdict()
+    }
+
+    fn reasons(&self, i: usize) -> Vec<String> {
+        self.policies[i].reasons()
+    }
 }
 
 /// Why policy `i` wants its taints here or not. Built only for a change or a note:
 /// most nodes need none, and this string is most of what a steady node would cost.
-fn policy_reason(set: &PolicySet, eval: &NodeEvaluation, i: usize) -> String {
-    let e = &eval.policies[i];
-    let mut reason = e.reasons().join("; ");
-    if set.policies[i].mode == Mode::BootstrapOnly && e.ready_and_clear() {
+fn policy_reason(set: &PolicySet, eval: &dyn Evaluated, i: usize) -> String {
+    let mut reason = eval.reasons(i).join("; ");
+    if set.policies[i].mode == Mode::BootstrapOnly && eval.verdict(i).ready_and_clear() {
         reason.push_str("; bootstrap complete");
     }
     reason
@@ -120,6 +125,19 @@ pub fn plan_node(
     unknown: UnknownPolicies,
     now: Timestamp,
 ) -> NodePlan {
+    plan_evaluated(set, node, eval, admitted, unknown, now)
+}
+
+/// [`plan_node`] from any [`Evaluated`]: a full evaluation passes verdicts and builds
+/// reason words only for the policies a change or a note names.
+pub fn plan_evaluated(
+    set: &PolicySet,
+    node: &NodeView,
+    eval: &dyn Evaluated,
+    admitted: &dyn Fn(usize) -> bool,
+    unknown: UnknownPolicies,
+    now: Timestamp,
+) -> NodePlan {
     let mut plan = NodePlan {
         node: node.name.clone(),
         taints: node.taints.clone(),
@@ -142,51 +160,35 @@ pub fn plan_node(
         })
     });
 
-    let mut desired: BTreeMap<&str, Desired> = BTreeMap::new();
+    // Which active policies want their taints here, in policy order (the order of the notes).
+    let mut wants = vec![false; set.policies.len()];
     for (i, p) in set.policies.iter().enumerate() {
         // Invalid and dry-run policies freeze what they own; deleting ones are cleaned up below.
         if !p.is_active() {
             continue;
         }
-        let e = &eval.policies[i];
-        let mut wants = e.wants_taints();
-        if wants && e.capped() && !carries(set, i, node) && !admitted(i) {
-            wants = false;
+        let v = eval.verdict(i);
+        wants[i] = v.wants_taints();
+        if wants[i] && v.capped() && !carries(set, i, node) && !admitted(i) {
+            wants[i] = false;
             plan.notes.push(format!(
                 "{}: held back by maxTaintedNodes ({})",
                 p.name,
-                e.reasons().join("; ")
+                eval.reasons(i).join("; ")
             ));
-        }
-        for (t, id) in p.taints.iter().zip(&p.ids) {
-            if set.owner_of(id) != Some(i) {
-                continue;
-            }
-            let d = if wants {
-                Desired::Present {
-                    taint: t,
-                    policy: i,
-                }
-            } else {
-                Desired::Absent { policy: i }
-            };
-            desired.insert(id, d);
         }
     }
 
-    for (&id, d) in &desired {
-        match *d {
-            Desired::Present { taint, policy } => {
-                let reason = || policy_reason(set, eval, policy);
-                apply_present(&mut plan, set, id, taint, policy, reason, now)
-            }
-            Desired::Absent { policy } => {
-                if plan.managed.owner(id).is_some() {
-                    let reason = || policy_reason(set, eval, policy);
-                    remove_owned(&mut plan, id, &set.policies[policy].name, reason);
-                    plan.managed.0.remove(id);
-                }
-            }
+    // Each taint an active policy owns, in id order: present if wanted, else removed if owned.
+    for o in set.owned() {
+        let id = o.id.as_str();
+        let reason = || policy_reason(set, eval, o.policy);
+        if wants[o.policy] {
+            let taint = &set.policies[o.policy].taints[o.taint];
+            apply_present(&mut plan, set, id, taint, o.policy, reason, now);
+        } else if plan.managed.owner(id).is_some() {
+            remove_owned(&mut plan, id, &set.policies[o.policy].name, reason);
+            plan.managed.0.remove(id);
         }
     }
 
@@ -196,7 +198,8 @@ pub fn plan_node(
         .managed
         .0
         .iter()
-        .filter(|(id, _)| !desired.contains_key(id.as_str()) && set.owner_of(id).is_none())
+        // An id some live policy owns was handled above (or is frozen by its inactive owner).
+        .filter(|(id, _)| set.owner_of(id).is_none())
         .map(|(id, owner)| (id.clone(), owner.clone()))
         .collect();
     for (id, owner) in orphans {
@@ -216,7 +219,7 @@ pub fn plan_node(
     for (i, p) in set.policies.iter().enumerate() {
         if p.is_active()
             && p.mode == Mode::BootstrapOnly
-            && eval.policies[i].ready_and_clear()
+            && eval.verdict(i).ready_and_clear()
             && !plan.bootstrapped.completed(&p.name, &p.uid)
         {
             plan.bootstrapped.record(&p.name, &p.uid, now);
@@ -261,7 +264,9 @@ fn apply_present(
                 plan.added
                     .push(change(t, name, format!("{} (value changed)", reason())));
             }
-            plan.managed.0.insert(id.to_string(), name.clone());
+            if plan.managed.owner(id) != Some(name.as_str()) {
+                plan.managed.0.insert(id.to_string(), name.clone());
+            }
         }
         (None, _) => {
             plan.taints.push(new_taint(t, now));

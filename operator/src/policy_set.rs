@@ -1,11 +1,14 @@
 //! All policies together: a stable order (oldest first) and, for every declared
 //! taint, which policy owns it when several declare the same key+effect.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use taint_operator_crd::TaintPolicy;
 
-use crate::policy::CompiledPolicy;
+use crate::{
+    policy::CompiledPolicy,
+    selector::{LabelKeys, Selector, SlotSelector},
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
@@ -13,11 +16,41 @@ pub struct Conflict {
     pub owner: String,
 }
 
+/// A taint an active (valid, not dry-run, not deleting) policy declares and owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owned {
+    /// `<key>:<effect>`.
+    pub id: String,
+    /// Index of the policy.
+    pub policy: usize,
+    /// Index of the taint in the policy's `taints`.
+    pub taint: usize,
+}
+
 #[derive(Debug, Clone)]
 pub struct PolicySet {
     /// Oldest first (creationTimestamp, then name): the order conflicts are settled in.
     pub policies: Vec<CompiledPolicy>,
     owners: HashMap<String, usize>,
+    /// Policy name → index (the first, should two share a name).
+    names: HashMap<String, usize>,
+    /// The taints active policies own, by id (see [`Owned`]).
+    owned: Vec<Owned>,
+    /// The label keys every node selector reads, and each valid policy's node
+    /// selector on those slots (`None` when its spec is invalid): see [`LabelKeys`].
+    label_keys: LabelKeys,
+    node_selectors: Vec<Option<SlotSelector>>,
+    /// Every distinct critical-pod look-up, and per policy the one each of its critical
+    /// pods makes (none when invalid): policies that wait for the same pods share it.
+    pod_checks: Vec<PodCheck>,
+    pod_checks_of: Vec<Vec<usize>>,
+}
+
+/// Pods of a namespace that a selector picks: what a critical-pod entry looks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodCheck {
+    pub namespace: String,
+    pub selector: Selector,
 }
 
 impl PolicySet {
@@ -35,7 +68,109 @@ impl PolicySet {
                 owners.entry(id).or_insert(i);
             }
         }
-        PolicySet { policies, owners }
+        let mut names = HashMap::new();
+        for (i, p) in policies.iter().enumerate() {
+            names.entry(p.name.clone()).or_insert(i);
+        }
+        // Sorted by id; where a policy declares an id twice its last taint counts.
+        let mut owned: BTreeMap<&str, Owned> = BTreeMap::new();
+        for (i, p) in policies.iter().enumerate() {
+            if !p.is_active() {
+                continue;
+            }
+            for (t, id) in p.ids.iter().enumerate() {
+                if owners.get(id) == Some(&i) {
+                    owned.insert(
+                        id,
+                        Owned {
+                            id: id.clone(),
+                            policy: i,
+                            taint: t,
+                        },
+                    );
+                }
+            }
+        }
+        let owned = owned.into_values().collect();
+        let mut label_keys = LabelKeys::default();
+        let node_selectors = policies
+            .iter()
+            .map(|p| {
+                let rules = p.rules.as_ref().ok()?;
+                Some(rules.node_selector.slotted(&mut label_keys))
+            })
+            .collect();
+        let mut pod_checks: Vec<PodCheck> = Vec::new();
+        let pod_checks_of = policies
+            .iter()
+            .map(|p| {
+                let Some(readiness) = p.rules.as_ref().ok().and_then(|r| r.readiness.as_ref())
+                else {
+                    return Vec::new();
+                };
+                readiness
+                    .critical_pods
+                    .iter()
+                    .map(|cp| {
+                        let check = PodCheck {
+                            namespace: cp.namespace.clone(),
+                            selector: cp.selector.clone(),
+                        };
+                        pod_checks
+                            .iter()
+                            .position(|c| *c == check)
+                            .unwrap_or_else(|| {
+                                pod_checks.push(check);
+                                pod_checks.len() - 1
+                            })
+                    })
+                    .collect()
+            })
+            .collect();
+        PolicySet {
+            policies,
+            owners,
+            names,
+            owned,
+            label_keys,
+            node_selectors,
+            pod_checks,
+            pod_checks_of,
+        }
+    }
+
+    /// The node's values of the label keys node selectors read, for [`Self::selects`].
+    pub fn label_values<'a>(&self, labels: &'a BTreeMap<String, String>) -> Vec<Option<&'a str>> {
+        let mut values = Vec::new();
+        self.label_values_into(labels, &mut values);
+        values
+    }
+
+    /// [`Self::label_values`] into `values` (cleared first), to reuse its buffer.
+    pub fn label_values_into<'a>(
+        &self,
+        labels: &'a BTreeMap<String, String>,
+        values: &mut Vec<Option<&'a str>>,
+    ) {
+        self.label_keys.values_into(labels, values)
+    }
+
+    /// True when policy `i` is valid and its node selector matches the node whose
+    /// [`Self::label_values`] these are.
+    pub fn selects(&self, i: usize, label_values: &[Option<&str>]) -> bool {
+        self.node_selectors[i]
+            .as_ref()
+            .is_some_and(|s| s.matches(label_values))
+    }
+
+    /// The distinct critical-pod look-ups of all policies.
+    pub fn pod_checks(&self) -> &[PodCheck] {
+        &self.pod_checks
+    }
+
+    /// The index in [`Self::pod_checks`] of each critical pod of policy `i`, in order.
+    pub fn pod_checks_of(&self, i: usize) -> &[usize] {
+        &self.pod_checks_of[i]
     }
 
     pub fn from_resources<'a>(policies: impl IntoIterator<Item = &'a TaintPolicy>) -> Self {
@@ -48,7 +183,13 @@ impl PolicySet {
     }
 
     pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.policies.iter().position(|p| p.name == name)
+        self.names.get(name).copied()
+    }
+
+    /// Every taint an active policy owns, sorted by id: what planning a node walks,
+    /// fixed for the set, so a plan needs no map of its own and no owner look-ups.
+    pub fn owned(&self) -> &[Owned] {
+        &self.owned
     }
 
     /// The declared taints of policy `i` that an older policy owns.
