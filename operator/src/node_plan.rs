@@ -78,8 +78,8 @@ impl NodePlan {
 /// words for the few policies whose taints change or are held back.
 pub trait Evaluated {
     fn verdict(&self, i: usize) -> Verdict;
-    /// The reason lines of policy `i` ([`crate::decision::PolicyEval::reasons`]).
-    fn reasons(&self, i: usize) -> Vec<String>;
+    /// Why policy `i` wants its taints or not ([`crate::decision::PolicyEval::reason`]).
+    fn reason(&self, i: usize) -> String;
 }
 
 impl Evaluated for NodeEvaluation {
@@ -87,15 +87,15 @@ impl Evaluated for NodeEvaluation {
         self.policies[i].verdict()
     }
 
-    fn reasons(&self, i: usize) -> Vec<String> {
-        self.policies[i].reasons()
+    fn reason(&self, i: usize) -> String {
+        self.policies[i].reason()
     }
 }
 
 /// Why policy `i` wants its taints here or not. Built only for a change or a note:
 /// most nodes need none, and this string is most of what a steady node would cost.
 fn policy_reason(set: &PolicySet, eval: &dyn Evaluated, i: usize) -> String {
-    let mut reason = eval.reasons(i).join("; ");
+    let mut reason = eval.reason(i);
     if set.policies[i].mode == Mode::BootstrapOnly && eval.verdict(i).ready_and_clear() {
         reason.push_str("; bootstrap complete");
     }
@@ -174,7 +174,7 @@ pub fn plan_evaluated(
             plan.notes.push(format!(
                 "{}: held back by maxTaintedNodes ({})",
                 p.name,
-                eval.reasons(i).join("; ")
+                eval.reason(i)
             ));
         }
     }
