@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::{
     cluster::{NodeView, PodIndex},
     decision::{NodeEvaluation, NodeFacts, Verdict},
-    node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_evaluated},
+    node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan},
     policy_set::PolicySet,
 };
 
@@ -50,11 +50,33 @@ pub struct PolicySummary {
 
 #[derive(Debug, Clone)]
 pub struct ClusterPlan {
-    /// One per input node, in input order.
-    pub nodes: Vec<NodePlan>,
+    /// One per input node, in input order: `None` when the node's plan keeps its taints
+    /// and annotations as they are and adds, removes, notes and completes nothing. Most
+    /// nodes' plans are that on a resync; copying each node into one is what a full
+    /// evaluation would otherwise spend most of its time on.
+    pub changes: Vec<Option<NodePlan>>,
     /// Oldest policy first.
     pub policies: Vec<PolicySummary>,
     pub next_check: Option<Timestamp>,
+}
+
+impl ClusterPlan {
+    /// The plan of node `n`, which is `node`: a copy of the node when its plan changes nothing.
+    pub fn node_plan(&self, n: usize, node: &NodeView) -> NodePlan {
+        self.changes[n]
+            .clone()
+            .unwrap_or_else(|| unchanged_plan(node))
+    }
+
+    /// Every node's plan, in the order of `nodes` (the nodes planned).
+    pub fn node_plans(&self, nodes: &[NodeView]) -> Vec<NodePlan> {
+        assert_eq!(self.changes.len(), nodes.len(), "the nodes planned");
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| self.node_plan(n, node))
+            .collect()
+    }
 }
 
 /// Per policy, the nodes (by index) that may newly carry its matcher-triggered taints.
@@ -109,6 +131,9 @@ pub fn plan_cluster(
     now: Timestamp,
     unknown: UnknownPolicies,
 ) -> ClusterPlan {
+    let plan = |node: &NodeView, eval: &dyn Evaluated, admit: &dyn Fn(usize) -> bool| {
+        plan_change(set, node, eval, admit, unknown, now)
+    };
     // Every policy's verdict on every node. The reason words are built only for what
     // a node's plan changes or notes: building them, and a `NodeEvaluation` per node,
     // for every node was much of what this cost.
@@ -132,6 +157,7 @@ pub fn plan_cluster(
     // them do not stay cached from one pass to the next. Only a node that asks a cap
     // for room waits for the admissions, which need every node's verdicts.
     let mut plans: Vec<Option<NodePlan>> = Vec::with_capacity(nodes.len());
+    let mut waiting = Vec::new();
     for (n, node) in nodes.iter().enumerate() {
         // One `NodeFacts` for all nodes, to reuse its buffers.
         let facts = match &mut facts {
@@ -146,38 +172,36 @@ pub fn plan_cluster(
         for (i, tally) in tallies.iter_mut().enumerate() {
             tally.count(set, i, n, node, row[i], has_cap[i]);
         }
-        let plan = (!(0..width).any(|i| asks_room(i, row[i], node))).then(|| {
+        if (0..width).any(|i| asks_room(i, row[i], node)) {
+            waiting.push(n);
+            plans.push(None);
+        } else {
             let eval = Verdicts {
                 facts,
                 now,
                 verdicts: &row,
             };
-            plan_evaluated(set, node, &eval, &|i| !has_cap[i], unknown, now)
-        });
-        if let Some(plan) = &plan {
-            count_changes(set, plan, &mut tallies);
+            let planned = plan(node, &eval, &|i| !has_cap[i]);
+            if let Some(planned) = &planned {
+                count_changes(set, planned, &mut tallies);
+            }
+            plans.push(planned);
         }
-        plans.push(plan);
         verdicts.extend_from_slice(&row);
     }
     let admitted = admit(set, nodes, |n, i| verdicts[n * width + i]);
-    let plans: Vec<NodePlan> = plans
-        .into_iter()
-        .enumerate()
-        .map(|(n, plan)| {
-            plan.unwrap_or_else(|| {
-                let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
-                let eval = Verdicts {
-                    facts: &RefCell::new(NodeFacts::new(set, pods, &nodes[n])),
-                    now,
-                    verdicts: &verdicts[n * width..(n + 1) * width],
-                };
-                let plan = plan_evaluated(set, &nodes[n], &eval, &admit, unknown, now);
-                count_changes(set, &plan, &mut tallies);
-                plan
-            })
-        })
-        .collect();
+    for n in waiting {
+        let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
+        let eval = Verdicts {
+            facts: &RefCell::new(NodeFacts::new(set, pods, &nodes[n])),
+            now,
+            verdicts: &verdicts[n * width..(n + 1) * width],
+        };
+        plans[n] = plan(&nodes[n], &eval, &admit);
+        if let Some(planned) = &plans[n] {
+            count_changes(set, planned, &mut tallies);
+        }
+    }
     let policies = tallies
         .into_iter()
         .enumerate()
@@ -187,7 +211,7 @@ pub fn plan_cluster(
         })
         .collect();
     ClusterPlan {
-        nodes: plans,
+        changes: plans,
         policies,
         next_check,
     }
