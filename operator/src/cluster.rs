@@ -17,6 +17,7 @@ use taint_operator_crd::{
 };
 
 use crate::ownership::{Bootstrapped, ManagedTaints};
+use crate::short_str::same;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeCondition {
@@ -193,7 +194,7 @@ impl<'a> CheckedPod<'a> {
     pub fn label(&self, key: &str) -> Option<&'a str> {
         self.checked
             .labels(self.i)
-            .find(|(k, _)| *k == key)
+            .find(|(k, _)| same(k, key))
             .map(|(_, v)| v)
     }
 }

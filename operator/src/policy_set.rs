@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::short_str::same;
 use taint_operator_crd::TaintPolicy;
 
 use crate::{
@@ -203,7 +204,7 @@ impl PolicySet {
         found.resize(self.condition_types.len(), None);
         for c in &node.conditions {
             // `==` compares lengths before bytes: few types are read at all.
-            if let Some(slot) = self.condition_types.iter().position(|t| *t == c.type_) {
+            if let Some(slot) = self.condition_types.iter().position(|t| same(t, &c.type_)) {
                 found[slot].get_or_insert(c);
             }
         }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::short_str::same;
 use taint_operator_crd::{LabelSelector, SelectorOperator};
 
 /// A selector ready to match label maps. An empty selector matches everything.
@@ -36,10 +37,12 @@ impl Selector {
 
     /// Matches the labels `get` looks up (the value of a key, if present).
     pub fn matches_by<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
-        self.labels.iter().all(|(k, v)| get(k) == Some(v.as_str()))
+        self.labels
+            .iter()
+            .all(|(k, v)| get(k).is_some_and(|g| same(g, v)))
             && self.expressions.iter().all(|(key, op, values)| {
                 let value = get(key);
-                let listed = |v: &str| values.iter().any(|x| x == v);
+                let listed = |v: &str| values.iter().any(|x| same(x, v));
                 match op {
                     SelectorOperator::In => value.is_some_and(listed),
                     SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
@@ -138,8 +141,8 @@ impl LabelKeys {
                 continue;
             }
             // `==` compares lengths before bytes: few keys are read at all.
-            if let Some(slot) = self.keys.iter().position(|k| k == key) {
-                let known = self.values[slot].iter().position(|v| v == value);
+            if let Some(slot) = self.keys.iter().position(|k| same(k, key)) {
+                let known = self.values[slot].iter().position(|v| same(v, value));
                 values[slot] = Some(known.map_or(0, |i| i as u32 + 1));
             }
         }
