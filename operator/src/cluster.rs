@@ -110,7 +110,8 @@ impl PodView {
 /// the few pods of one namespace on one node.
 #[derive(Debug, Default, Clone)]
 pub struct PodIndex {
-    by_node: HashMap<String, Vec<NamespacePods>>,
+    /// Looked up once per node on every evaluation: foldhash rather than SipHash.
+    by_node: HashMap<String, Vec<NamespacePods>, foldhash::fast::RandomState>,
     /// The namespace of every indexed pod, once. All nodes' entries for a namespace
     /// share its string, so a critical-pod check finds the namespace on a node by
     /// comparing pointers rather than reading a (cold) copy of the name on every node.

@@ -17,10 +17,11 @@ pub fn same(a: &str, b: &str) -> bool {
     if n < 8 {
         return a.iter().zip(b).all(|(x, y)| x == y);
     }
-    // Keys share prefixes (`node.kubernetes.io/...`): the ends differ first.
-    let tail = |s: &[u8]| u64::from_ne_bytes(s[n - 8..].try_into().expect("eight bytes"));
-    let head = |s: &[u8]| u64::from_ne_bytes(s[..8].try_into().expect("eight bytes"));
-    tail(a) == tail(b) && head(a) == head(b) && (n <= 16 || a[8..n - 8] == b[8..n - 8])
+    // Keys share prefixes (`node.kubernetes.io/...`): the ends differ first. Then the
+    // rest, eight bytes at a time; the last word overlaps the one before.
+    let word =
+        |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("eight bytes"));
+    word(a, n - 8) == word(b, n - 8) && (0..n - 8).step_by(8).all(|at| word(a, at) == word(b, at))
 }
 
 #[cfg(test)]
