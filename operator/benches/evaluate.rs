@@ -925,7 +925,7 @@ fn fixture() -> Fixture {
     let plan = plan_cluster(&set, &views, &index, now(), UnknownPolicies::Keep);
     let converged = views
         .iter()
-        .zip(plan.nodes)
+        .zip(plan.node_plans(&views))
         .map(|(v, p)| NodeView {
             taints: p.taints,
             managed: p.managed,
@@ -946,8 +946,9 @@ fn fixture() -> Fixture {
 fn describe(f: &Fixture) {
     let plan = plan_cluster(&f.set, &f.views, &f.index, now(), UnknownPolicies::Keep);
     let changing = |plan: &ClusterPlan| {
-        plan.nodes
+        plan.changes
             .iter()
+            .flatten()
             .filter(|n| !n.added.is_empty() || !n.removed.is_empty())
             .count()
     };

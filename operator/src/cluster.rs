@@ -3,7 +3,10 @@
 //! Built once per object (by the controller's cache or by `plan`), so evaluation
 //! never re-parses annotations or timestamps.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod, Taint},
@@ -14,6 +17,7 @@ use taint_operator_crd::{
 };
 
 use crate::ownership::{Bootstrapped, ManagedTaints};
+use crate::short_str::same;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeCondition {
@@ -106,7 +110,106 @@ impl PodView {
 /// the few pods of one namespace on one node.
 #[derive(Debug, Default, Clone)]
 pub struct PodIndex {
-    by_node: HashMap<String, Vec<(String, Vec<PodView>)>>,
+    /// Looked up once per node on every evaluation: foldhash rather than SipHash.
+    by_node: HashMap<String, Vec<NamespacePods>, foldhash::fast::RandomState>,
+    /// The namespace of every indexed pod, once. All nodes' entries for a namespace
+    /// share its string, so a critical-pod check finds the namespace on a node by
+    /// comparing pointers rather than reading a (cold) copy of the name on every node.
+    namespaces: HashSet<Arc<str>>,
+}
+
+/// A namespace that has indexed pods, from [`PodIndex::namespace`].
+#[derive(Debug, Clone, Copy)]
+pub struct Namespace<'a>(&'a Arc<str>);
+
+/// The pods of one namespace on one node.
+#[derive(Debug, Clone)]
+struct NamespacePods {
+    namespace: Arc<str>,
+    pods: Vec<PodView>,
+    /// What critical-pod checks read of the same pods, packed when they are indexed.
+    checked: CheckedPods,
+}
+
+/// The labels and readiness of some pods, packed into three buffers, in the order of
+/// the pods. Reading pods' label maps was the largest cost of a full evaluation: a
+/// map keeps each key and value in an allocation of its own, so checking a node's
+/// few critical pods touched dozens of scattered cache lines.
+#[derive(Debug, Clone, Default)]
+struct CheckedPods {
+    /// Each pod's label keys and values, one after the other.
+    text: String,
+    /// Per label, where its key ends and its value ends in `text`.
+    labels: Vec<(u32, u32)>,
+    /// Per pod, where its labels end in `labels`, and whether it is ready.
+    pods: Vec<(u32, bool)>,
+}
+
+impl CheckedPods {
+    fn push(&mut self, pod: &PodView) {
+        for (k, v) in &pod.labels {
+            self.text.push_str(k);
+            let key_end = offset(self.text.len());
+            self.text.push_str(v);
+            self.labels.push((key_end, offset(self.text.len())));
+        }
+        self.pods.push((offset(self.labels.len()), pod.ready));
+    }
+
+    /// The labels of pod `i`, as `(key, value)`.
+    fn labels(&self, i: usize) -> impl Iterator<Item = (&str, &str)> {
+        let first = match i {
+            0 => 0,
+            _ => self.pods[i - 1].0 as usize,
+        };
+        let mut start = match first {
+            0 => 0,
+            _ => self.labels[first - 1].1 as usize,
+        };
+        self.labels[first..self.pods[i].0 as usize]
+            .iter()
+            .map(move |&(key_end, value_end)| {
+                let (key_end, value_end) = (key_end as usize, value_end as usize);
+                let label = (&self.text[start..key_end], &self.text[key_end..value_end]);
+                start = value_end;
+                label
+            })
+    }
+}
+
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).expect("the labels of a node's pods fit in 4 GiB")
+}
+
+/// A pod as a critical-pod check reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckedPod<'a> {
+    pub pod: &'a PodView,
+    pub ready: bool,
+    checked: &'a CheckedPods,
+    i: usize,
+}
+
+impl<'a> CheckedPod<'a> {
+    /// The value of label `key`, if the pod has it.
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        self.checked
+            .labels(self.i)
+            .find(|(k, _)| same(k, key))
+            .map(|(_, v)| v)
+    }
+}
+
+impl NamespacePods {
+    fn remove(&mut self, name: &str) {
+        if self.pods.iter().any(|p| p.name == name) {
+            self.pods.retain(|p| p.name != name);
+            self.checked = CheckedPods::default();
+            for p in &self.pods {
+                self.checked.push(p);
+            }
+        }
+    }
 }
 
 impl PodIndex {
@@ -116,23 +219,52 @@ impl PodIndex {
 
     pub fn insert(&mut self, node: &str, pod: PodView) {
         let namespaces = self.by_node.entry(node.to_string()).or_default();
-        match namespaces.iter_mut().find(|(ns, _)| *ns == pod.namespace) {
-            Some((_, pods)) => {
-                pods.retain(|p| p.name != pod.name);
-                pods.push(pod);
+        let i = match namespaces
+            .iter()
+            .position(|ns| *ns.namespace == *pod.namespace)
+        {
+            Some(i) => i,
+            None => {
+                let namespace = match self.namespaces.get(pod.namespace.as_str()) {
+                    Some(namespace) => namespace.clone(),
+                    None => {
+                        let namespace: Arc<str> = pod.namespace.as_str().into();
+                        self.namespaces.insert(namespace.clone());
+                        namespace
+                    }
+                };
+                namespaces.push(NamespacePods {
+                    namespace,
+                    pods: Vec::new(),
+                    checked: CheckedPods::default(),
+                });
+                namespaces.len() - 1
             }
-            None => namespaces.push((pod.namespace.clone(), vec![pod])),
-        }
+        };
+        let ns = &mut namespaces[i];
+        ns.remove(&pod.name);
+        ns.checked.push(&pod);
+        ns.pods.push(pod);
     }
 
     pub fn remove(&mut self, node: &str, namespace: &str, name: &str) {
         if let Some(namespaces) = self.by_node.get_mut(node) {
-            for (ns, pods) in namespaces.iter_mut() {
-                if ns == namespace {
-                    pods.retain(|p| p.name != name);
+            for ns in namespaces.iter_mut() {
+                if *ns.namespace == *namespace {
+                    ns.remove(name);
                 }
             }
-            namespaces.retain(|(_, pods)| !pods.is_empty());
+            let interned = &mut self.namespaces;
+            namespaces.retain(|ns| {
+                if !ns.pods.is_empty() {
+                    return true;
+                }
+                // The set and this entry: no other node has pods in the namespace.
+                if Arc::strong_count(&ns.namespace) == 2 {
+                    interned.remove(&ns.namespace);
+                }
+                false
+            });
             if namespaces.is_empty() {
                 self.by_node.remove(node);
             }
@@ -159,19 +291,42 @@ impl PodIndex {
     pub fn node(&self, node: &str) -> NodePods<'_> {
         NodePods(self.by_node.get(node).map_or(&[], Vec::as_slice))
     }
+
+    /// `namespace`, when some indexed pod is in it, for [`NodePods::checked`].
+    pub fn namespace(&self, namespace: &str) -> Option<Namespace<'_>> {
+        self.namespaces.get(namespace).map(Namespace)
+    }
 }
 
 /// The pods of one node, by namespace.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NodePods<'a>(&'a [(String, Vec<PodView>)]);
+pub struct NodePods<'a>(&'a [NamespacePods]);
 
 impl<'a> NodePods<'a> {
     /// The pods of `namespace`.
     pub fn pods(self, namespace: &str) -> &'a [PodView] {
+        self.namespace(namespace)
+            .map_or(&[], |ns| ns.pods.as_slice())
+    }
+
+    /// The pods of `namespace` as a critical-pod check reads them.
+    pub fn checked(self, namespace: Namespace<'_>) -> impl Iterator<Item = CheckedPod<'a>> {
         self.0
             .iter()
-            .find(|(ns, _)| ns == namespace)
-            .map_or(&[], |(_, pods)| pods.as_slice())
+            .find(|ns| Arc::ptr_eq(&ns.namespace, namespace.0))
+            .into_iter()
+            .flat_map(|ns| {
+                ns.pods.iter().enumerate().map(|(i, pod)| CheckedPod {
+                    pod,
+                    ready: ns.checked.pods[i].1,
+                    checked: &ns.checked,
+                    i,
+                })
+            })
+    }
+
+    fn namespace(self, namespace: &str) -> Option<&'a NamespacePods> {
+        self.0.iter().find(|ns| *ns.namespace == *namespace)
     }
 }
 
@@ -185,4 +340,107 @@ pub fn bound_node(pod: &Pod) -> Option<&str> {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(namespace: &str, name: &str, labels: &[(&str, &str)], ready: bool) -> PodView {
+        PodView {
+            name: name.into(),
+            namespace: namespace.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ready,
+        }
+    }
+
+    /// What `checked` yields for `namespace` on `node`: name, ready, and each listed key's value.
+    fn checked(
+        index: &PodIndex,
+        node: &str,
+        namespace: &str,
+        keys: &[&str],
+    ) -> Vec<(String, bool, Vec<Option<String>>)> {
+        let Some(ns) = index.namespace(namespace) else {
+            return Vec::new();
+        };
+        index
+            .node(node)
+            .checked(ns)
+            .map(|c| {
+                let values = keys.iter().map(|k| c.label(k).map(String::from)).collect();
+                (c.pod.name.clone(), c.ready, values)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn checked_pods_read_like_the_pod_views() {
+        let mut index = PodIndex::new();
+        index.insert(
+            "n1",
+            pod("kube-system", "a", &[("app", "x"), ("k8s-app", "y")], true),
+        );
+        index.insert("n1", pod("kube-system", "b", &[], false));
+        index.insert(
+            "n1",
+            pod("istio-system", "c", &[("", ""), ("app", "")], true),
+        );
+        index.insert("n2", pod("kube-system", "d", &[("app", "z")], false));
+        // Indexed again with other labels: replaces the first.
+        index.insert("n1", pod("kube-system", "a", &[("app", "w")], false));
+        let keys = ["app", "k8s-app", ""];
+        let none = || vec![None, None, None];
+        assert_eq!(
+            checked(&index, "n1", "kube-system", &keys),
+            [
+                ("b".into(), false, none()),
+                ("a".into(), false, vec![Some("w".into()), None, None]),
+            ]
+        );
+        assert_eq!(
+            checked(&index, "n1", "istio-system", &keys),
+            [(
+                "c".into(),
+                true,
+                vec![Some("".into()), None, Some("".into())]
+            )]
+        );
+        let names = |pods: &[PodView]| pods.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(index.pods("n1", "kube-system")), ["b", "a"]);
+
+        index.remove("n1", "kube-system", "b");
+        assert_eq!(
+            checked(&index, "n1", "kube-system", &keys),
+            [("a".into(), false, vec![Some("w".into()), None, None])]
+        );
+        assert_eq!(
+            checked(&index, "n2", "kube-system", &keys),
+            [("d".into(), false, vec![Some("z".into()), None, None])]
+        );
+        assert!(checked(&index, "n3", "kube-system", &keys).is_empty());
+    }
+
+    #[test]
+    fn a_namespace_without_pods_is_forgotten() {
+        let mut index = PodIndex::new();
+        index.insert("n1", pod("a", "p1", &[], true));
+        index.insert("n2", pod("a", "p2", &[], true));
+        index.insert("n1", pod("b", "p3", &[], true));
+        index.remove("n1", "a", "p1");
+        assert!(index.namespace("a").is_some(), "n2 still has a pod in a");
+        index.remove("n2", "a", "p2");
+        assert!(index.namespace("a").is_none());
+        assert!(index.namespace("b").is_some());
+        index.insert("n2", pod("a", "p4", &[("k", "v")], false));
+        assert_eq!(
+            checked(&index, "n2", "a", &["k"]),
+            [("p4".into(), false, vec![Some("v".into())])]
+        );
+        assert!(index.pods("n1", "a").is_empty());
+    }
 }

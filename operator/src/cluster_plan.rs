@@ -1,14 +1,14 @@
 //! The whole cluster at once: every node's plan, `maxTaintedNodes` admission and
 //! each policy's summary (the numbers and reason its status reports).
 
-use std::collections::HashSet;
+use std::{cell::RefCell, collections::HashSet};
 
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     cluster::{NodeView, PodIndex},
     decision::{NodeEvaluation, NodeFacts, Verdict},
-    node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_evaluated},
+    node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan},
     policy_set::PolicySet,
 };
 
@@ -50,11 +50,33 @@ pub struct PolicySummary {
 
 #[derive(Debug, Clone)]
 pub struct ClusterPlan {
-    /// One per input node, in input order.
-    pub nodes: Vec<NodePlan>,
+    /// One per input node, in input order: `None` when the node's plan keeps its taints
+    /// and annotations as they are and adds, removes, notes and completes nothing. Most
+    /// nodes' plans are that on a resync; copying each node into one is what a full
+    /// evaluation would otherwise spend most of its time on.
+    pub changes: Vec<Option<NodePlan>>,
     /// Oldest policy first.
     pub policies: Vec<PolicySummary>,
     pub next_check: Option<Timestamp>,
+}
+
+impl ClusterPlan {
+    /// The plan of node `n`, which is `node`: a copy of the node when its plan changes nothing.
+    pub fn node_plan(&self, n: usize, node: &NodeView) -> NodePlan {
+        self.changes[n]
+            .clone()
+            .unwrap_or_else(|| unchanged_plan(node))
+    }
+
+    /// Every node's plan, in the order of `nodes` (the nodes planned).
+    pub fn node_plans(&self, nodes: &[NodeView]) -> Vec<NodePlan> {
+        assert_eq!(self.changes.len(), nodes.len(), "the nodes planned");
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| self.node_plan(n, node))
+            .collect()
+    }
 }
 
 /// Per policy, the nodes (by index) that may newly carry its matcher-triggered taints.
@@ -109,9 +131,12 @@ pub fn plan_cluster(
     now: Timestamp,
     unknown: UnknownPolicies,
 ) -> ClusterPlan {
-    // Every policy's verdict on every node. The reason words are built later, and only
-    // for what a node's plan changes or notes: building them, and a `NodeEvaluation`
-    // per node, for every node was much of what this cost.
+    let plan = |node: &NodeView, eval: &dyn Evaluated, admit: &dyn Fn(usize) -> bool| {
+        plan_change(set, node, eval, admit, unknown, now)
+    };
+    // Every policy's verdict on every node. The reason words are built only for what
+    // a node's plan changes or notes: building them, and a `NodeEvaluation` per node,
+    // for every node was much of what this cost.
     let width = set.policies.len();
     let mut verdicts = Vec::with_capacity(nodes.len() * width);
     let mut next_check: Option<Timestamp> = None;
@@ -119,119 +144,162 @@ pub fn plan_cluster(
     let has_cap: Vec<bool> = set
         .policies
         .iter()
-        .map(|p| p.is_active() && p.tainted_limit(0).is_some())
+        .map(|p| p.tainted_limit(0).is_some())
         .collect();
-    let mut facts: Option<NodeFacts> = None;
+    let asks_room = |i: usize, v: Verdict, node: &NodeView| {
+        has_cap[i] && set.policies[i].is_active() && v.capped() && !carries(set, i, node)
+    };
+    let mut tallies: Vec<Tally> = (0..width).map(|_| Tally::default()).collect();
+    let mut facts: Option<RefCell<NodeFacts>> = None;
     let mut row = Vec::with_capacity(width);
-    // A node is planned right after its evaluation, while its data is still in the
-    // cache (reading a node is most of what planning costs, and 5,000 of them do not
-    // stay cached from one pass to the next). Only a node that asks a cap for room
-    // waits for the admissions, which need every node's verdicts.
+    // Each node is planned and counted right after its evaluation, while its data is
+    // still in the cache: reading a node is most of what planning costs, and 5,000 of
+    // them do not stay cached from one pass to the next. Only a node that asks a cap
+    // for room waits for the admissions, which need every node's verdicts.
     let mut plans: Vec<Option<NodePlan>> = Vec::with_capacity(nodes.len());
-    for node in nodes {
+    let mut waiting = Vec::new();
+    for (n, node) in nodes.iter().enumerate() {
         // One `NodeFacts` for all nodes, to reuse its buffers.
         let facts = match &mut facts {
             Some(facts) => {
-                facts.load(node);
+                facts.get_mut().load(node);
                 facts
             }
-            None => facts.insert(NodeFacts::new(set, pods, node)),
+            None => facts.insert(RefCell::new(NodeFacts::new(set, pods, node))),
         };
         row.clear();
-        row.extend((0..width).map(|i| facts.verdict(i, now, &mut next_check)));
-        let asks = (0..width).any(|i| has_cap[i] && row[i].capped() && !carries(set, i, node));
-        let plan = (!asks).then(|| {
+        row.extend((0..width).map(|i| facts.get_mut().verdict(i, now, &mut next_check)));
+        for (i, tally) in tallies.iter_mut().enumerate() {
+            tally.count(set, i, n, node, row[i], has_cap[i]);
+        }
+        if (0..width).any(|i| asks_room(i, row[i], node)) {
+            waiting.push(n);
+            plans.push(None);
+        } else {
             let eval = Verdicts {
-                set,
-                node,
-                pods,
+                facts,
                 now,
                 verdicts: &row,
             };
-            plan_evaluated(set, node, &eval, &|i| !has_cap[i], unknown, now)
-        });
-        plans.push(plan);
+            let planned = plan(node, &eval, &|i| !has_cap[i]);
+            if let Some(planned) = &planned {
+                count_changes(set, planned, &mut tallies);
+            }
+            plans.push(planned);
+        }
         verdicts.extend_from_slice(&row);
     }
-    let verdict = |n: usize, i: usize| verdicts[n * width + i];
-    let admitted = admit(set, nodes, verdict);
-    let plans: Vec<NodePlan> = plans
+    let admitted = admit(set, nodes, |n, i| verdicts[n * width + i]);
+    for n in waiting {
+        let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
+        let eval = Verdicts {
+            facts: &RefCell::new(NodeFacts::new(set, pods, &nodes[n])),
+            now,
+            verdicts: &verdicts[n * width..(n + 1) * width],
+        };
+        plans[n] = plan(&nodes[n], &eval, &admit);
+        if let Some(planned) = &plans[n] {
+            count_changes(set, planned, &mut tallies);
+        }
+    }
+    let policies = tallies
         .into_iter()
         .enumerate()
-        .map(|(n, plan)| {
-            plan.unwrap_or_else(|| {
-                let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
-                let eval = Verdicts {
-                    set,
-                    node: &nodes[n],
-                    pods,
-                    now,
-                    verdicts: &verdicts[n * width..(n + 1) * width],
-                };
-                plan_evaluated(set, &nodes[n], &eval, &admit, unknown, now)
-            })
-        })
-        .collect();
-    let unconverged = unconverged(set, &plans);
-    let policies = (0..width)
-        .map(|i| {
-            summary(
-                set,
-                i,
-                nodes,
-                |n| verdict(n, i),
-                &admitted[i],
-                unconverged[i],
-            )
+        .map(|(i, mut tally)| {
+            tally.settle(nodes, &admitted[i]);
+            summary(set, i, tally)
         })
         .collect();
     ClusterPlan {
-        nodes: plans,
+        changes: plans,
         policies,
         next_check,
     }
 }
 
 /// One node's verdicts; the reason words of a policy are evaluated again when asked.
-struct Verdicts<'a> {
-    set: &'a PolicySet,
-    node: &'a NodeView,
-    pods: &'a PodIndex,
+struct Verdicts<'f, 'a> {
+    /// Loaded with the node.
+    facts: &'f RefCell<NodeFacts<'a>>,
     now: Timestamp,
-    verdicts: &'a [Verdict],
+    verdicts: &'f [Verdict],
 }
 
-impl Evaluated for Verdicts<'_> {
+impl Evaluated for Verdicts<'_, '_> {
     fn verdict(&self, i: usize) -> Verdict {
         self.verdicts[i]
     }
 
-    fn reasons(&self, i: usize) -> Vec<String> {
-        NodeFacts::new(self.set, self.pods, self.node)
+    fn reason(&self, i: usize) -> String {
+        self.facts
+            .borrow_mut()
             .evaluate(i, self.now, &mut None)
-            .reasons()
+            .reason()
     }
 }
 
-/// Per policy, how many plans change one of its taints.
-fn unconverged(set: &PolicySet, plans: &[NodePlan]) -> Vec<usize> {
-    let mut counts = vec![0; set.policies.len()];
-    for pl in plans {
-        if pl.added.is_empty() && pl.removed.is_empty() {
-            continue;
+/// A policy's status numbers, counted node by node.
+#[derive(Debug, Default)]
+struct Tally {
+    selected: usize,
+    tainted_names: Vec<String>,
+    pending: usize,
+    /// Nodes that want the policy's capped taints and do not carry them yet: tainted
+    /// or pending, depending on the admissions.
+    waiting: Vec<usize>,
+    /// Plans that change one of the policy's taints.
+    unconverged: usize,
+}
+
+impl Tally {
+    /// Counts node `n` for policy `i`, whose verdict there is `v`.
+    fn count(
+        &mut self,
+        set: &PolicySet,
+        i: usize,
+        n: usize,
+        node: &NodeView,
+        v: Verdict,
+        has_cap: bool,
+    ) {
+        self.selected += usize::from(v.selected);
+        if !v.wants_taints() {
+            return;
         }
-        for (i, p) in set.policies.iter().enumerate() {
-            if pl
-                .added
-                .iter()
-                .chain(&pl.removed)
-                .any(|c| c.policy == p.name)
-            {
-                counts[i] += 1;
+        if has_cap && v.capped() && !carries(set, i, node) {
+            self.waiting.push(n);
+        } else {
+            self.tainted_names.push(node.name.clone());
+        }
+    }
+
+    /// Sorts the waiting nodes out, once the admissions are known.
+    fn settle(&mut self, nodes: &[NodeView], admitted: &Option<HashSet<usize>>) {
+        for n in std::mem::take(&mut self.waiting) {
+            if admitted.as_ref().is_some_and(|a| !a.contains(&n)) {
+                self.pending += 1;
+            } else {
+                self.tainted_names.push(nodes[n].name.clone());
             }
         }
     }
-    counts
+}
+
+/// Counts `plan` against every policy whose taints it changes.
+fn count_changes(set: &PolicySet, plan: &NodePlan, tallies: &mut [Tally]) {
+    if plan.added.is_empty() && plan.removed.is_empty() {
+        return;
+    }
+    for (p, tally) in set.policies.iter().zip(tallies) {
+        if plan
+            .added
+            .iter()
+            .chain(&plan.removed)
+            .any(|c| c.policy == p.name)
+        {
+            tally.unconverged += 1;
+        }
+    }
 }
 
 /// The status numbers and reason of policy `i`.
@@ -243,46 +311,29 @@ pub fn summarize(
     admitted: &Option<HashSet<usize>>,
     plans: &[NodePlan],
 ) -> PolicySummary {
-    let unconverged = unconverged(set, plans)[i];
-    summary(
-        set,
-        i,
-        nodes,
-        |n| evals[n].policies[i].verdict(),
-        admitted,
-        unconverged,
-    )
+    let mut tallies: Vec<Tally> = (0..set.policies.len()).map(|_| Tally::default()).collect();
+    for plan in plans {
+        count_changes(set, plan, &mut tallies);
+    }
+    let mut tally = std::mem::take(&mut tallies[i]);
+    let has_cap = set.policies[i].tainted_limit(0).is_some();
+    for (n, (node, e)) in nodes.iter().zip(evals).enumerate() {
+        tally.count(set, i, n, node, e.policies[i].verdict(), has_cap);
+    }
+    tally.settle(nodes, admitted);
+    summary(set, i, tally)
 }
 
-/// [`summarize`] from the verdict of policy `i` on node `n` and the number of plans
-/// that change its taints.
-fn summary(
-    set: &PolicySet,
-    i: usize,
-    nodes: &[NodeView],
-    verdict: impl Fn(usize) -> Verdict,
-    admitted: &Option<HashSet<usize>>,
-    unconverged: usize,
-) -> PolicySummary {
+/// The summary of policy `i` from its counts.
+fn summary(set: &PolicySet, i: usize, tally: Tally) -> PolicySummary {
     let p = &set.policies[i];
-    let mut selected = 0;
-    let mut tainted_names = Vec::new();
-    let mut pending = 0;
-    for (n, node) in nodes.iter().enumerate() {
-        let pe = verdict(n);
-        selected += usize::from(pe.selected);
-        if !pe.wants_taints() {
-            continue;
-        }
-        let held = pe.capped()
-            && !carries(set, i, node)
-            && admitted.as_ref().is_some_and(|a| !a.contains(&n));
-        if held {
-            pending += 1;
-        } else {
-            tainted_names.push(node.name.clone());
-        }
-    }
+    let Tally {
+        selected,
+        mut tainted_names,
+        pending,
+        unconverged,
+        ..
+    } = tally;
     tainted_names.sort();
     let tainted = tainted_names.len();
     let counts = format!("{tainted} of {selected} selected nodes tainted");

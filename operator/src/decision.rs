@@ -7,9 +7,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use taint_operator_crd::Mode;
 
 use crate::{
-    cluster::{NodePods, NodeView, PodIndex, PodView},
+    cluster::{Namespace, NodeCondition, NodePods, NodeView, PodIndex, PodView},
     policy::{CompiledCondition, CompiledPolicy, Readiness},
     policy_set::PolicySet,
+    selector::LabelValue,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,25 @@ impl PolicyEval {
     /// Ready by every check and no matcher matches: a BootstrapOnly policy is done here.
     pub fn ready_and_clear(&self) -> bool {
         matches!(&self.outcome, Outcome::Evaluated { matched, unready, .. } if matched.is_empty() && unready.is_empty())
+    }
+
+    /// [`Self::reasons`] joined with `; `, without copying each phrase first.
+    pub fn reason(&self) -> String {
+        match &self.outcome {
+            Outcome::Evaluated {
+                matched, unready, ..
+            } if !matched.is_empty() || !unready.is_empty() => {
+                let mut line = String::new();
+                for phrase in matched.iter().chain(unready) {
+                    if !line.is_empty() {
+                        line.push_str("; ");
+                    }
+                    line.push_str(phrase);
+                }
+                line
+            }
+            _ => self.reasons().join("; "),
+        }
     }
 
     /// Why the policy wants its taints, or why not, as short phrases.
@@ -172,9 +192,14 @@ pub struct NodeFacts<'a> {
     index: &'a PodIndex,
     node: &'a NodeView,
     pods: NodePods<'a>,
-    labels: Vec<Option<&'a str>>,
+    labels: Vec<LabelValue>,
+    /// The node's condition of each type a policy reads, by `PolicySet` condition slot.
+    conditions: Vec<Option<&'a NodeCondition>>,
     /// By `PolicySet::pod_checks` index; `None` until a policy asks.
     pod_checks: Vec<Option<PodCheckResult<'a>>>,
+    /// The namespace of each pod check in the index (`None` inside: no pod is in
+    /// it); looked up on first use, the same for every node.
+    pod_namespaces: Vec<Option<Option<Namespace<'a>>>>,
 }
 
 /// What a critical-pod look-up found on the node.
@@ -221,7 +246,9 @@ impl<'a> NodeFacts<'a> {
             node,
             pods: NodePods::default(),
             labels: Vec::new(),
+            conditions: Vec::new(),
             pod_checks: Vec::new(),
+            pod_namespaces: vec![None; set.pod_checks().len()],
         };
         facts.load(node);
         facts
@@ -233,6 +260,7 @@ impl<'a> NodeFacts<'a> {
         // One index lookup per node, not one per critical pod of every policy.
         self.pods = self.index.node(&node.name);
         self.set.label_values_into(&node.labels, &mut self.labels);
+        self.set.conditions_into(node, &mut self.conditions);
         self.pod_checks.clear();
         self.pod_checks.resize(self.set.pod_checks().len(), None);
     }
@@ -296,9 +324,17 @@ impl<'a> NodeFacts<'a> {
                 ..Verdict::default()
             };
         }
+        // The condition slots of the matchers' conditions, group after group, then of
+        // the readiness conditions.
+        let slots = self.set.condition_slots(i);
+        let conditions = &self.conditions;
+        let mut at = 0;
         let mut matched = false;
         for group in &rules.matchers {
-            match match_group(group, node, now, words.is_some()) {
+            let group_slots = &slots[at..at + group.len()];
+            at += group.len();
+            let found = |k: usize| conditions[group_slots[k]];
+            match match_group(group, found, now, words.is_some()) {
                 GroupMatch::Matched(reason) => {
                     matched = true;
                     if let (Some(w), Some(reason)) = (words.as_deref_mut(), reason) {
@@ -310,7 +346,7 @@ impl<'a> NodeFacts<'a> {
             }
         }
         let unready = match &rules.readiness {
-            Some(r) => self.unready(i, r, words.map(|w| &mut w.unready)),
+            Some(r) => self.unready(i, r, &slots[at..], words.map(|w| &mut w.unready)),
             None => false,
         };
         Verdict {
@@ -322,14 +358,20 @@ impl<'a> NodeFacts<'a> {
     }
 
     /// True when a readiness check of policy `i` fails; with `reasons`, says which (all of them).
-    fn unready(&mut self, i: usize, r: &Readiness, reasons: Option<&mut Vec<String>>) -> bool {
-        let node = self.node;
+    /// `slots`: the condition slot of each readiness condition.
+    fn unready(
+        &mut self,
+        i: usize,
+        r: &Readiness,
+        slots: &[usize],
+        reasons: Option<&mut Vec<String>>,
+    ) -> bool {
         let mut failed = Failed {
             reasons,
             any: false,
         };
-        for c in &r.conditions {
-            let stop = match node.condition(&c.type_) {
+        for (c, &slot) in r.conditions.iter().zip(slots) {
+            let stop = match self.conditions[slot] {
                 Some(nc) if c.status.is_match(&nc.status) => false,
                 Some(nc) => failed.add(|| {
                     format!(
@@ -368,15 +410,20 @@ impl<'a> NodeFacts<'a> {
             return found;
         }
         let c = &self.set.pod_checks()[check];
+        let index = self.index;
+        let namespace =
+            *self.pod_namespaces[check].get_or_insert_with(|| index.namespace(&c.namespace));
         // Ready if any selected pod is; otherwise name the first by name, so the
         // reason is the same whatever order the cache lists them in.
         let mut first: Option<&PodView> = None;
         let mut found = PodCheckResult::NoPod;
-        for p in self.pods.pods(&c.namespace) {
-            if !c.selector.matches(&p.labels) {
+        let pods = namespace.into_iter().flat_map(|ns| self.pods.checked(ns));
+        for checked in pods {
+            if !c.selector.matches_by(|key| checked.label(key)) {
                 continue;
             }
-            if p.ready {
+            let p = checked.pod;
+            if checked.ready {
                 found = PodCheckResult::Ready;
                 break;
             }
@@ -398,15 +445,16 @@ enum GroupMatch {
     No,
 }
 
-fn match_group(
+/// `found[k]`: the node's condition of the type `group[k]` reads.
+fn match_group<'n>(
     group: &[CompiledCondition],
-    node: &NodeView,
+    found: impl Fn(usize) -> Option<&'n NodeCondition>,
     now: Timestamp,
     say: bool,
 ) -> GroupMatch {
     let mut window_ends: Option<Timestamp> = None;
-    for c in group {
-        let Some(nc) = node.condition(&c.type_) else {
+    for (k, c) in group.iter().enumerate() {
+        let Some(nc) = found(k) else {
             return GroupMatch::No;
         };
         if !c.status.is_match(&nc.status)
@@ -434,8 +482,9 @@ fn match_group(
     // Every condition matched (so each is present): only now build the reason.
     let parts: Vec<String> = group
         .iter()
-        .filter_map(|c| {
-            let nc = node.condition(&c.type_)?;
+        .enumerate()
+        .filter_map(|(k, c)| {
+            let nc = found(k)?;
             Some(match c.for_ {
                 Some(window) => format!("{}={} for {}", c.type_, nc.status, human(window)),
                 None => format!("{}={}", c.type_, nc.status),

@@ -29,6 +29,7 @@ pub mod policy_set;
 pub mod policy_status;
 pub mod run;
 pub mod selector;
+pub mod short_str;
 pub mod slim;
 pub mod telemetry;
 pub mod trim;

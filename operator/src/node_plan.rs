@@ -5,6 +5,8 @@
 //! a conflict loser never touches the taint, invalid and dry-run policies freeze
 //! what they own, and taints whose policy is gone are cleaned up.
 
+use std::borrow::Cow;
+
 use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use taint_operator_crd::{Mode, PolicyTaint, TaintEffect};
 
@@ -78,8 +80,8 @@ impl NodePlan {
 /// words for the few policies whose taints change or are held back.
 pub trait Evaluated {
     fn verdict(&self, i: usize) -> Verdict;
-    /// The reason lines of policy `i` ([`crate::decision::PolicyEval::reasons`]).
-    fn reasons(&self, i: usize) -> Vec<String>;
+    /// Why policy `i` wants its taints or not ([`crate::decision::PolicyEval::reason`]).
+    fn reason(&self, i: usize) -> String;
 }
 
 impl Evaluated for NodeEvaluation {
@@ -87,15 +89,15 @@ impl Evaluated for NodeEvaluation {
         self.policies[i].verdict()
     }
 
-    fn reasons(&self, i: usize) -> Vec<String> {
-        self.policies[i].reasons()
+    fn reason(&self, i: usize) -> String {
+        self.policies[i].reason()
     }
 }
 
 /// Why policy `i` wants its taints here or not. Built only for a change or a note:
 /// most nodes need none, and this string is most of what a steady node would cost.
 fn policy_reason(set: &PolicySet, eval: &dyn Evaluated, i: usize) -> String {
-    let mut reason = eval.reasons(i).join("; ");
+    let mut reason = eval.reason(i);
     if set.policies[i].mode == Mode::BootstrapOnly && eval.verdict(i).ready_and_clear() {
         reason.push_str("; bootstrap complete");
     }
@@ -138,7 +140,27 @@ pub fn plan_evaluated(
     unknown: UnknownPolicies,
     now: Timestamp,
 ) -> NodePlan {
-    let mut plan = NodePlan {
+    draft(set, node, eval, admitted, unknown, now).into_plan()
+}
+
+/// [`plan_evaluated`], or `None` when the plan leaves the node exactly as it is: the
+/// same taints and annotations, and nothing added, removed, noted or completed.
+/// Such a plan is most nodes' on a resync, and costs no allocation this way.
+pub fn plan_change(
+    set: &PolicySet,
+    node: &NodeView,
+    eval: &dyn Evaluated,
+    admitted: &dyn Fn(usize) -> bool,
+    unknown: UnknownPolicies,
+    now: Timestamp,
+) -> Option<NodePlan> {
+    let draft = draft(set, node, eval, admitted, unknown, now);
+    (!draft.unchanged()).then(|| draft.into_plan())
+}
+
+/// The plan of a node that keeps everything as it is.
+pub fn unchanged_plan(node: &NodeView) -> NodePlan {
+    NodePlan {
         node: node.name.clone(),
         taints: node.taints.clone(),
         managed: node.managed.clone(),
@@ -147,18 +169,84 @@ pub fn plan_evaluated(
         removed: Vec::new(),
         notes: Vec::new(),
         completed: Vec::new(),
+    }
+}
+
+/// A plan being made. The node's taints and annotations are copied only when
+/// something changes them, so planning a node that stays as it is allocates nothing.
+struct Draft<'a> {
+    node: &'a NodeView,
+    taints: Cow<'a, [Taint]>,
+    managed: Cow<'a, ManagedTaints>,
+    bootstrapped: Cow<'a, Bootstrapped>,
+    added: Vec<TaintChange>,
+    removed: Vec<TaintChange>,
+    notes: Vec<String>,
+    completed: Vec<String>,
+}
+
+impl Draft<'_> {
+    fn unchanged(&self) -> bool {
+        matches!(self.taints, Cow::Borrowed(_))
+            && matches!(self.managed, Cow::Borrowed(_))
+            && matches!(self.bootstrapped, Cow::Borrowed(_))
+            && self.added.is_empty()
+            && self.removed.is_empty()
+            && self.notes.is_empty()
+            && self.completed.is_empty()
+    }
+
+    fn into_plan(self) -> NodePlan {
+        NodePlan {
+            node: self.node.name.clone(),
+            taints: self.taints.into_owned(),
+            managed: self.managed.into_owned(),
+            bootstrapped: self.bootstrapped.into_owned(),
+            added: self.added,
+            removed: self.removed,
+            notes: self.notes,
+            completed: self.completed,
+        }
+    }
+}
+
+/// True when `taints` has the taint `id` names.
+fn has_taint(taints: &[Taint], id: &str) -> bool {
+    split_taint_id(id).is_some_and(|(key, effect)| {
+        taints
+            .iter()
+            .any(|n| n.key == key && n.effect == effect.as_str())
+    })
+}
+
+fn draft<'a>(
+    set: &PolicySet,
+    node: &'a NodeView,
+    eval: &dyn Evaluated,
+    admitted: &dyn Fn(usize) -> bool,
+    unknown: UnknownPolicies,
+    now: Timestamp,
+) -> Draft<'a> {
+    let mut plan = Draft {
+        node,
+        taints: Cow::Borrowed(&node.taints),
+        managed: Cow::Borrowed(&node.managed),
+        bootstrapped: Cow::Borrowed(&node.bootstrapped),
+        added: Vec::new(),
+        removed: Vec::new(),
+        notes: Vec::new(),
+        completed: Vec::new(),
     };
     // An entry whose taint is gone (someone removed it by hand) owns nothing; keeping
     // it would make the operator adopt, and later remove, a taint someone else adds
     // with the same key+effect.
-    let taints = &plan.taints;
-    plan.managed.0.retain(|id, _| {
-        split_taint_id(id).is_some_and(|(key, effect)| {
-            taints
-                .iter()
-                .any(|n| n.key == key && n.effect == effect.as_str())
-        })
-    });
+    if plan.managed.0.keys().any(|id| !has_taint(&plan.taints, id)) {
+        let taints = &plan.taints;
+        plan.managed
+            .to_mut()
+            .0
+            .retain(|id, _| has_taint(taints, id));
+    }
 
     // Which active policies want their taints here, in policy order (the order of the notes).
     let mut wants = vec![false; set.policies.len()];
@@ -174,7 +262,7 @@ pub fn plan_evaluated(
             plan.notes.push(format!(
                 "{}: held back by maxTaintedNodes ({})",
                 p.name,
-                eval.reasons(i).join("; ")
+                eval.reason(i)
             ));
         }
     }
@@ -188,7 +276,7 @@ pub fn plan_evaluated(
             apply_present(&mut plan, set, id, taint, o.policy, reason, now);
         } else if plan.managed.owner(id).is_some() {
             remove_owned(&mut plan, id, &set.policies[o.policy].name, reason);
-            plan.managed.0.remove(id);
+            plan.managed.to_mut().0.remove(id);
         }
     }
 
@@ -213,7 +301,7 @@ pub fn plan_evaluated(
             None => continue,
         };
         remove_owned(&mut plan, &id, &owner, || reason.to_string());
-        plan.managed.0.remove(&id);
+        plan.managed.to_mut().0.remove(&id);
     }
 
     for (i, p) in set.policies.iter().enumerate() {
@@ -222,21 +310,22 @@ pub fn plan_evaluated(
             && eval.verdict(i).ready_and_clear()
             && !plan.bootstrapped.completed(&p.name, &p.uid)
         {
-            plan.bootstrapped.record(&p.name, &p.uid, now);
+            plan.bootstrapped.to_mut().record(&p.name, &p.uid, now);
             plan.completed.push(p.name.clone());
         }
     }
-    plan.bootstrapped
-        .0
-        .retain(|name, _| match set.index_of(name) {
-            Some(j) => !set.policies[j].deleting,
-            None => unknown == UnknownPolicies::Keep,
-        });
+    let keep = |name: &String| match set.index_of(name) {
+        Some(j) => !set.policies[j].deleting,
+        None => unknown == UnknownPolicies::Keep,
+    };
+    if !plan.bootstrapped.0.keys().all(keep) {
+        plan.bootstrapped.to_mut().0.retain(|name, _| keep(name));
+    }
     plan
 }
 
 fn apply_present(
-    plan: &mut NodePlan,
+    plan: &mut Draft,
     set: &PolicySet,
     id: &str,
     t: &PolicyTaint,
@@ -260,23 +349,23 @@ fn apply_present(
         }
         (Some(i), true) => {
             if plan.taints[i].value != t.value {
-                plan.taints[i] = new_taint(t, now);
+                plan.taints.to_mut()[i] = new_taint(t, now);
                 plan.added
                     .push(change(t, name, format!("{} (value changed)", reason())));
             }
             if plan.managed.owner(id) != Some(name.as_str()) {
-                plan.managed.0.insert(id.to_string(), name.clone());
+                plan.managed.to_mut().0.insert(id.to_string(), name.clone());
             }
         }
         (None, _) => {
-            plan.taints.push(new_taint(t, now));
+            plan.taints.to_mut().push(new_taint(t, now));
             plan.added.push(change(t, name, reason()));
-            plan.managed.0.insert(id.to_string(), name.clone());
+            plan.managed.to_mut().0.insert(id.to_string(), name.clone());
         }
     }
 }
 
-fn remove_owned(plan: &mut NodePlan, id: &str, policy: &str, reason: impl FnOnce() -> String) {
+fn remove_owned(plan: &mut Draft, id: &str, policy: &str, reason: impl FnOnce() -> String) {
     let Some((key, effect)) = split_taint_id(id) else {
         return;
     };
@@ -285,7 +374,7 @@ fn remove_owned(plan: &mut NodePlan, id: &str, policy: &str, reason: impl FnOnce
         .iter()
         .position(|n| n.key == key && n.effect == effect.as_str())
     {
-        let old = plan.taints.remove(i);
+        let old = plan.taints.to_mut().remove(i);
         plan.removed.push(TaintChange {
             key: key.to_string(),
             value: old.value,

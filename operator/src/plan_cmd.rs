@@ -255,8 +255,9 @@ struct PolicyReport {
 impl Report {
     fn new(plan: &ClusterPlan) -> Self {
         let mut nodes: Vec<NodeReport> = plan
-            .nodes
+            .changes
             .iter()
+            .flatten()
             .filter(|n| !n.added.is_empty() || !n.removed.is_empty())
             .map(|n| NodeReport {
                 name: n.node.clone(),

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::short_str::same;
 use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp};
 use regex::Regex;
 use taint_operator_crd::{Mode, PolicyTaint, TaintPolicy};
@@ -49,7 +50,7 @@ impl Pattern {
 
     pub fn is_match(&self, s: &str) -> bool {
         match &self.words {
-            Some(words) => words.iter().any(|w| w == s),
+            Some(words) => words.iter().any(|w| same(w, s)),
             None => self.regex.is_match(s),
         }
     }

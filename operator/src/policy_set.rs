@@ -3,11 +3,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::short_str::same;
 use taint_operator_crd::TaintPolicy;
 
 use crate::{
+    cluster::{NodeCondition, NodeView},
     policy::CompiledPolicy,
-    selector::{LabelKeys, Selector, SlotSelector},
+    selector::{LabelKeys, LabelValue, Selector, SlotSelector},
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +46,11 @@ pub struct PolicySet {
     /// pods makes (none when invalid): policies that wait for the same pods share it.
     pod_checks: Vec<PodCheck>,
     pod_checks_of: Vec<Vec<usize>>,
+    /// Every condition type a valid policy reads, each in a slot, and per policy the
+    /// slot of each condition it reads (matchers group after group, then readiness):
+    /// a node's conditions are then looked up once for all policies.
+    condition_types: Vec<String>,
+    condition_slots: Vec<Vec<usize>>,
 }
 
 /// Pods of a namespace that a selector picks: what a critical-pod entry looks for.
@@ -127,6 +134,29 @@ impl PolicySet {
                     .collect()
             })
             .collect();
+        let mut condition_types: Vec<String> = Vec::new();
+        let condition_slots = policies
+            .iter()
+            .map(|p| {
+                let Ok(rules) = &p.rules else {
+                    return Vec::new();
+                };
+                let matchers = rules.matchers.iter().flatten().map(|c| &c.type_);
+                let readiness = rules.readiness.iter().flat_map(|r| &r.conditions);
+                matchers
+                    .chain(readiness.map(|c| &c.type_))
+                    .map(|type_| {
+                        condition_types
+                            .iter()
+                            .position(|t| t == type_)
+                            .unwrap_or_else(|| {
+                                condition_types.push(type_.clone());
+                                condition_types.len() - 1
+                            })
+                    })
+                    .collect()
+            })
+            .collect();
         PolicySet {
             policies,
             owners,
@@ -136,31 +166,54 @@ impl PolicySet {
             node_selectors,
             pod_checks,
             pod_checks_of,
+            condition_types,
+            condition_slots,
         }
     }
 
     /// The node's values of the label keys node selectors read, for [`Self::selects`].
-    pub fn label_values<'a>(&self, labels: &'a BTreeMap<String, String>) -> Vec<Option<&'a str>> {
-        let mut values = Vec::new();
-        self.label_values_into(labels, &mut values);
-        values
+    pub fn label_values(&self, labels: &BTreeMap<String, String>) -> Vec<LabelValue> {
+        self.label_keys.values(labels)
     }
 
     /// [`Self::label_values`] into `values` (cleared first), to reuse its buffer.
-    pub fn label_values_into<'a>(
+    pub fn label_values_into(
         &self,
-        labels: &'a BTreeMap<String, String>,
-        values: &mut Vec<Option<&'a str>>,
+        labels: &BTreeMap<String, String>,
+        values: &mut Vec<LabelValue>,
     ) {
         self.label_keys.values_into(labels, values)
     }
 
     /// True when policy `i` is valid and its node selector matches the node whose
     /// [`Self::label_values`] these are.
-    pub fn selects(&self, i: usize, label_values: &[Option<&str>]) -> bool {
+    pub fn selects(&self, i: usize, label_values: &[LabelValue]) -> bool {
         self.node_selectors[i]
             .as_ref()
             .is_some_and(|s| s.matches(label_values))
+    }
+
+    /// The node's first condition of each type in a condition slot, into `found`
+    /// (cleared first).
+    pub fn conditions_into<'a>(
+        &self,
+        node: &'a NodeView,
+        found: &mut Vec<Option<&'a NodeCondition>>,
+    ) {
+        found.clear();
+        found.resize(self.condition_types.len(), None);
+        for c in &node.conditions {
+            // `==` compares lengths before bytes: few types are read at all.
+            if let Some(slot) = self.condition_types.iter().position(|t| same(t, &c.type_)) {
+                found[slot].get_or_insert(c);
+            }
+        }
+    }
+
+    /// The condition slots policy `i` reads: its matchers' conditions group after
+    /// group, then its readiness conditions (none when it is invalid).
+    pub fn condition_slots(&self, i: usize) -> &[usize] {
+        &self.condition_slots[i]
     }
 
     /// The distinct critical-pod look-ups of all policies.

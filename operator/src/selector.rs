@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::short_str::same;
 use taint_operator_crd::{LabelSelector, SelectorOperator};
 
 /// A selector ready to match label maps. An empty selector matches everything.
@@ -31,109 +32,146 @@ impl Selector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        self.matches_by(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// Matches the labels `get` looks up (the value of a key, if present).
+    pub fn matches_by<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
+        self.labels
+            .iter()
+            .all(|(k, v)| get(k).is_some_and(|g| same(g, v)))
             && self.expressions.iter().all(|(key, op, values)| {
-                let value = labels.get(key);
+                let value = get(key);
+                let listed = |v: &str| values.iter().any(|x| same(x, v));
                 match op {
-                    SelectorOperator::In => value.is_some_and(|v| values.contains(v)),
-                    SelectorOperator::NotIn => value.is_none_or(|v| !values.contains(v)),
+                    SelectorOperator::In => value.is_some_and(listed),
+                    SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
                     SelectorOperator::Exists => value.is_some(),
                     SelectorOperator::DoesNotExist => value.is_none(),
                 }
             })
     }
 
-    /// The same selector reading its keys' values from slots of `keys` (added as needed).
+    /// The same selector on the slots of `keys` (which learns its keys and values).
     pub fn slotted(&self, keys: &mut LabelKeys) -> SlotSelector {
         SlotSelector {
             labels: self
                 .labels
                 .iter()
-                .map(|(k, v)| (keys.slot(k), v.clone()))
+                .map(|(k, v)| {
+                    let slot = keys.slot(k);
+                    (slot, keys.value(slot, v))
+                })
                 .collect(),
             expressions: self
                 .expressions
                 .iter()
-                .map(|(k, op, values)| (keys.slot(k), *op, values.clone()))
+                .map(|(k, op, values)| {
+                    let slot = keys.slot(k);
+                    let ids = values.iter().map(|v| keys.value(slot, v)).collect();
+                    (slot, *op, ids)
+                })
                 .collect(),
         }
     }
 }
 
-/// The label keys the node selectors of a policy set read, each in a slot.
+/// A node's label as node selectors see it: absent (`None`), or present with the
+/// number of its value among those selectors name for the key (0: none names it).
+pub type LabelValue = Option<u32>;
+
+/// The label keys node selectors of a policy set read, each in a slot, and the values
+/// they compare each key with.
 ///
 /// A full evaluation reads each of these keys once per node ([`LabelKeys::values`])
-/// and matches every policy's selector against those few values: matching each
-/// selector against the label map looked the same keys up again and again, and the
-/// string compares inside the map were the largest single cost of evaluation.
+/// and matches every selector against the numbers of their values: matching each
+/// selector against the label map read the same keys and values again and again, and
+/// those reads and string compares were the largest cost of evaluation.
 #[derive(Debug, Clone, Default)]
 pub struct LabelKeys {
-    /// Sorted by key, with each key's slot.
-    sorted: Vec<(String, usize)>,
+    /// The keys, by slot.
+    keys: Vec<String>,
+    /// By slot, the values selectors compare the key with; value number `n` is `[n - 1]`.
+    values: Vec<Vec<String>>,
+    /// Bit `n % 64` is set when some key is `n` bytes long. A map keeps each key's
+    /// length beside the pointer to its bytes, so most of a node's labels are ruled
+    /// out without reading their keys (each read of a cold key is a cache miss).
+    lengths: u64,
 }
 
 impl LabelKeys {
     fn slot(&mut self, key: &str) -> usize {
-        match self.sorted.binary_search_by(|(k, _)| k.as_str().cmp(key)) {
-            Ok(i) => self.sorted[i].1,
-            Err(i) => {
-                let slot = self.sorted.len();
-                self.sorted.insert(i, (key.to_string(), slot));
-                slot
+        match self.keys.iter().position(|k| k == key) {
+            Some(slot) => slot,
+            None => {
+                self.keys.push(key.to_string());
+                self.values.push(Vec::new());
+                self.lengths |= length_bit(key);
+                self.keys.len() - 1
             }
         }
     }
 
-    /// The value of each key in `labels`, by slot.
-    pub fn values<'a>(&self, labels: &'a BTreeMap<String, String>) -> Vec<Option<&'a str>> {
+    /// The number of `value` for the key in `slot`.
+    fn value(&mut self, slot: usize, value: &str) -> u32 {
+        let values = &mut self.values[slot];
+        let n = match values.iter().position(|v| v == value) {
+            Some(i) => i,
+            None => {
+                values.push(value.to_string());
+                values.len() - 1
+            }
+        };
+        u32::try_from(n + 1).expect("fewer than 4 billion selector values")
+    }
+
+    /// The node's [`LabelValue`] of each key, by slot.
+    pub fn values(&self, labels: &BTreeMap<String, String>) -> Vec<LabelValue> {
         let mut values = Vec::new();
         self.values_into(labels, &mut values);
         values
     }
 
     /// [`Self::values`] into `values` (cleared first).
-    pub fn values_into<'a>(
-        &self,
-        labels: &'a BTreeMap<String, String>,
-        values: &mut Vec<Option<&'a str>>,
-    ) {
+    pub fn values_into(&self, labels: &BTreeMap<String, String>, values: &mut Vec<LabelValue>) {
         values.clear();
-        values.resize(self.sorted.len(), None);
-        // One walk of both sorted lists reads each label key once; a map look-up per
-        // key reads several keys per look-up, and on a cold node each read is a miss.
-        let mut wanted = self.sorted.iter().peekable();
+        values.resize(self.keys.len(), None);
         for (key, value) in labels {
-            while wanted.next_if(|(k, _)| k < key).is_some() {}
-            let Some((k, slot)) = wanted.peek() else {
-                break;
-            };
-            if k == key {
-                values[*slot] = Some(value.as_str());
-                wanted.next();
+            if self.lengths & length_bit(key) == 0 {
+                continue;
+            }
+            // `==` compares lengths before bytes: few keys are read at all.
+            if let Some(slot) = self.keys.iter().position(|k| same(k, key)) {
+                let known = self.values[slot].iter().position(|v| same(v, value));
+                values[slot] = Some(known.map_or(0, |i| i as u32 + 1));
             }
         }
     }
 }
 
-/// A [`Selector`] whose keys are slots of a [`LabelKeys`]: it matches the values
-/// [`LabelKeys::values`] read, exactly as the selector matches the labels.
+fn length_bit(key: &str) -> u64 {
+    1 << (key.len() % 64)
+}
+
+/// A [`Selector`] on the slots and value numbers of a [`LabelKeys`]: it matches the
+/// values [`LabelKeys::values`] reads exactly when the selector matches the labels.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SlotSelector {
-    labels: Vec<(usize, String)>,
-    expressions: Vec<(usize, SelectorOperator, Vec<String>)>,
+    labels: Vec<(usize, u32)>,
+    expressions: Vec<(usize, SelectorOperator, Vec<u32>)>,
 }
 
 impl SlotSelector {
-    pub fn matches(&self, values: &[Option<&str>]) -> bool {
+    pub fn matches(&self, values: &[LabelValue]) -> bool {
         self.labels
             .iter()
-            .all(|(slot, v)| values[*slot] == Some(v.as_str()))
-            && self.expressions.iter().all(|(slot, op, values_)| {
+            .all(|&(slot, value)| values[slot] == Some(value))
+            && self.expressions.iter().all(|(slot, op, listed)| {
+                // Number 0 (a value no selector names) is in no list.
                 let value = values[*slot];
-                let listed = |v: &str| values_.iter().any(|x| x == v);
                 match op {
-                    SelectorOperator::In => value.is_some_and(listed),
-                    SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
+                    SelectorOperator::In => value.is_some_and(|v| listed.contains(&v)),
+                    SelectorOperator::NotIn => value.is_none_or(|v| !listed.contains(&v)),
                     SelectorOperator::Exists => value.is_some(),
                     SelectorOperator::DoesNotExist => value.is_none(),
                 }
@@ -216,6 +254,8 @@ mod tests {
             sel(&[], vec![expr("tier", SelectorOperator::NotIn, &["gpu"])]),
             sel(&[], vec![expr("worker", SelectorOperator::Exists, &[])]),
             sel(&[], vec![expr("zone", SelectorOperator::DoesNotExist, &[])]),
+            // 68 bytes: the same length bit as the 4-byte keys.
+            sel(&[(&"k".repeat(68), "v")], vec![]),
         ];
         let mut keys = LabelKeys::default();
         let slotted: Vec<SlotSelector> = selectors.iter().map(|s| s.slotted(&mut keys)).collect();
@@ -224,6 +264,9 @@ mod tests {
             labels(&[("lifecycle", "spot"), ("zone", "a"), ("tier", "gpu")]),
             labels(&[("zone", "a"), ("tier", "cpu"), ("worker", "")]),
             labels(&[("zone", "b"), ("tier", "mem"), ("lifecycle", "on-demand")]),
+            // Keys as long as wanted ones, and a key whose length shares a bit with them.
+            labels(&[("zonf", "a"), ("tiez", "gpu"), (&"k".repeat(68), "v")]),
+            labels(&[("zone", "a"), (&"k".repeat(4), "v"), (&"k".repeat(68), "w")]),
         ] {
             let values = keys.values(&node);
             for (s, slot) in selectors.iter().zip(&slotted) {

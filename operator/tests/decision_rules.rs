@@ -9,7 +9,7 @@ use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use support::*;
 use taint_operator::{
     cluster::{NodeView, PodIndex},
-    cluster_plan::{ClusterPlan, Reason},
+    cluster_plan::Reason,
     decision::evaluate_node,
     node_plan::UnknownPolicies,
     policy::CompiledPolicy,
@@ -29,7 +29,7 @@ fn nic_policy() -> PolicyBuilder {
 }
 
 /// Plans one node against some policies (no pods) and returns the node's plan.
-fn plan_one(policies: Vec<PolicyBuilder>, n: NodeBuilder) -> ClusterPlan {
+fn plan_one(policies: Vec<PolicyBuilder>, n: NodeBuilder) -> Planned {
     let mut w = World::new().node(n);
     for p in policies {
         w = w.policy(p);
@@ -38,7 +38,7 @@ fn plan_one(policies: Vec<PolicyBuilder>, n: NodeBuilder) -> ClusterPlan {
 }
 
 /// True when the single node of `plan` ends up with the policy's taint.
-fn has_taint(plan: &ClusterPlan, node: &str, taint: &str) -> bool {
+fn has_taint(plan: &Planned, node: &str, taint: &str) -> bool {
     plan.node(node).taint_list().iter().any(|t| t == taint)
 }
 

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use support::*;
 use taint_operator::{
     cluster::{NodeView, PodIndex},
-    cluster_plan::{ClusterPlan, Reason, plan_cluster},
+    cluster_plan::Reason,
     decision::evaluate_node,
     node_plan::{NodePlan, UnknownPolicies},
     ownership::taint_id,
@@ -579,8 +579,8 @@ impl Case {
     }
 
     /// Plans `world` (this case's nodes and pods, maybe after a plan was applied) at [`NOW`].
-    fn plan(&self, set: &PolicySet, world: &World) -> ClusterPlan {
-        plan_cluster(
+    fn plan(&self, set: &PolicySet, world: &World) -> Planned {
+        plan_all(
             set,
             &world.views(),
             &PodIndex::from_pods(&world.pods),
@@ -680,7 +680,7 @@ fn check_changes_add_up(before: &NodeView, plan: &NodePlan) {
 }
 
 /// (b) Applying `first` and planning again changes nothing, and leaves no policy Progressing.
-fn check_idempotent(case: &Case, set: &PolicySet, first: &ClusterPlan) {
+fn check_idempotent(case: &Case, set: &PolicySet, first: &Planned) {
     let mut applied = case.world.clone();
     applied.apply(first);
     let second = case.plan(set, &applied);
@@ -725,12 +725,12 @@ fn check_idempotent(case: &Case, set: &PolicySet, first: &ClusterPlan) {
 
 /// (d) The same plans, summaries and per-node evaluations (whose reasons end up in
 /// events and `plan` output) with policies and pods in another order.
-fn check_order_independent(case: &Case, set: &PolicySet, first: &ClusterPlan) {
+fn check_order_independent(case: &Case, set: &PolicySet, first: &Planned) {
     let (shuffled_set, pods) = case.shuffled();
     let index = PodIndex::from_pods(&case.world.pods);
     let shuffled_index = PodIndex::from_pods(&pods);
     let views = case.world.views();
-    let shuffled = plan_cluster(&shuffled_set, &views, &shuffled_index, now(), case.unknown);
+    let shuffled = plan_all(&shuffled_set, &views, &shuffled_index, now(), case.unknown);
     for (a, b) in first.nodes.iter().zip(&shuffled.nodes) {
         assert_eq!(a, b, "node {}: plan depends on input order", a.node);
     }
@@ -752,7 +752,7 @@ fn check_order_independent(case: &Case, set: &PolicySet, first: &ClusterPlan) {
 
 /// Dry-run, invalid and deleting policies never add a taint, and a taint that a
 /// dry-run or invalid policy owns (and no live policy takes over) stays as it is.
-fn check_inactive_policies(case: &Case, set: &PolicySet, plan: &ClusterPlan) {
+fn check_inactive_policies(case: &Case, set: &PolicySet, plan: &Planned) {
     let inactive: BTreeMap<&str, bool> = set
         .policies
         .iter()

@@ -19,7 +19,7 @@ use k8s_openapi::{
 };
 use taint_operator::{
     cluster::{NodeView, PodIndex},
-    cluster_plan::{ClusterPlan, PolicySummary, plan_cluster},
+    cluster_plan::{PolicySummary, plan_cluster},
     node_plan::{NodePlan, UnknownPolicies},
     policy_set::PolicySet,
 };
@@ -598,16 +598,16 @@ impl World {
     }
 
     /// Plans at [`NOW`], removing what unknown policies own (as the controller does).
-    pub fn plan(&self) -> ClusterPlan {
+    pub fn plan(&self) -> Planned {
         self.plan_with(now(), UnknownPolicies::Remove)
     }
 
-    pub fn plan_at(&self, at: Timestamp) -> ClusterPlan {
+    pub fn plan_at(&self, at: Timestamp) -> Planned {
         self.plan_with(at, UnknownPolicies::Remove)
     }
 
-    pub fn plan_with(&self, at: Timestamp, unknown: UnknownPolicies) -> ClusterPlan {
-        plan_cluster(
+    pub fn plan_with(&self, at: Timestamp, unknown: UnknownPolicies) -> Planned {
+        plan_all(
             &self.set(),
             &self.views(),
             &PodIndex::from_pods(&self.pods),
@@ -617,7 +617,7 @@ impl World {
     }
 
     /// Writes every node's plan back onto the nodes.
-    pub fn apply(&mut self, plan: &ClusterPlan) {
+    pub fn apply(&mut self, plan: &Planned) {
         assert_eq!(plan.nodes.len(), self.nodes.len());
         for (node, p) in self.nodes.iter_mut().zip(&plan.nodes) {
             *node = apply_plan(node, p);
@@ -625,7 +625,7 @@ impl World {
     }
 
     /// Plans at [`NOW`] and applies the plan; returns the plan.
-    pub fn step(&mut self) -> ClusterPlan {
+    pub fn step(&mut self) -> Planned {
         let plan = self.plan();
         self.apply(&plan);
         plan
@@ -666,12 +666,53 @@ impl World {
 // ---------------------------------------------------------------------------
 // Reading plans
 
+/// A cluster plan with every node's plan spelled out, as the tests read it.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// One per node, in input order; a copy of the node where `plan_cluster` says
+    /// nothing changes.
+    pub nodes: Vec<NodePlan>,
+    pub policies: Vec<PolicySummary>,
+    pub next_check: Option<Timestamp>,
+}
+
+/// [`plan_cluster`], every node's plan spelled out. Checks on the way that the plan
+/// leaves out exactly the nodes whose plans change nothing, add, remove, note or
+/// complete nothing.
+pub fn plan_all(
+    set: &taint_operator::policy_set::PolicySet,
+    views: &[NodeView],
+    index: &PodIndex,
+    at: Timestamp,
+    unknown: UnknownPolicies,
+) -> Planned {
+    let plan = plan_cluster(set, views, index, at, unknown);
+    let nodes = plan.node_plans(views);
+    for ((view, np), change) in views.iter().zip(&nodes).zip(&plan.changes) {
+        let quiet = !np.changes(view)
+            && np.added.is_empty()
+            && np.removed.is_empty()
+            && np.notes.is_empty()
+            && np.completed.is_empty();
+        assert_eq!(
+            change.is_none(),
+            quiet,
+            "left out exactly when quiet: {np:?}"
+        );
+    }
+    Planned {
+        nodes,
+        policies: plan.policies,
+        next_check: plan.next_check,
+    }
+}
+
 pub trait ClusterPlanExt {
     fn node(&self, name: &str) -> &NodePlan;
     fn summary(&self, policy: &str) -> &PolicySummary;
 }
 
-impl ClusterPlanExt for ClusterPlan {
+impl ClusterPlanExt for Planned {
     fn node(&self, name: &str) -> &NodePlan {
         self.nodes
             .iter()
