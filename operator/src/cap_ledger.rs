@@ -43,6 +43,11 @@ impl CapLedger {
                     }
                     return true;
                 }
+                // Without a cap there is nothing to count: counting scans every cached
+                // node, and doing it on every reconcile made a fleet-wide taint quadratic.
+                if p.rules.as_ref().is_ok_and(|r| r.max_tainted_nodes.is_none()) {
+                    return true;
+                }
                 let selected = match &p.rules {
                     Ok(rules) => nodes
                         .state()
