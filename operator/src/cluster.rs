@@ -3,7 +3,7 @@
 //! Built once per object (by the controller's cache or by `plan`), so evaluation
 //! never re-parses annotations or timestamps.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod, Taint},
@@ -13,20 +13,24 @@ use taint_operator_crd::{
     BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION,
 };
 
-use crate::ownership::{Bootstrapped, ManagedTaints};
+use crate::{
+    labels::{Labels, Sym, sym},
+    ownership::{Bootstrapped, ManagedTaints},
+};
 
+/// Type, status and reason are interned: every node has the same few.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeCondition {
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
+    pub type_: Sym,
+    pub status: Sym,
+    pub reason: Sym,
     pub last_transition: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeView {
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     pub taints: Vec<Taint>,
     pub conditions: Vec<NodeCondition>,
     pub managed: ManagedTaints,
@@ -39,7 +43,7 @@ impl NodeView {
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
         NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
+            labels: Labels::from_map(node.metadata.labels.as_ref()),
             taints: node
                 .spec
                 .as_ref()
@@ -52,9 +56,9 @@ impl NodeView {
                 .map(|cs| {
                     cs.iter()
                         .map(|c| NodeCondition {
-                            type_: c.type_.clone(),
-                            status: c.status.clone(),
-                            reason: c.reason.clone().unwrap_or_default(),
+                            type_: sym(&c.type_),
+                            status: sym(&c.status),
+                            reason: sym(c.reason.as_deref().unwrap_or_default()),
                             last_transition: c.last_transition_time.as_ref().map(|t| t.0),
                         })
                         .collect()
@@ -66,15 +70,15 @@ impl NodeView {
     }
 
     pub fn condition(&self, type_: &str) -> Option<&NodeCondition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
+        self.conditions.iter().find(|c| &*c.type_ == type_)
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodView {
     pub name: String,
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
+    pub namespace: Sym,
+    pub labels: Labels,
     pub ready: bool,
 }
 
@@ -95,8 +99,8 @@ impl PodView {
             .is_some_and(|v| v == "true");
         PodView {
             name: pod.metadata.name.clone().unwrap_or_default(),
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            namespace: sym(pod.metadata.namespace.as_deref().unwrap_or_default()),
+            labels: Labels::from_map(pod.metadata.labels.as_ref()),
             ready: condition_ready || annotated_ready,
         }
     }
@@ -106,7 +110,7 @@ impl PodView {
 /// the few pods of one namespace on one node.
 #[derive(Debug, Default, Clone)]
 pub struct PodIndex {
-    by_node: HashMap<String, Vec<(String, Vec<PodView>)>>,
+    by_node: HashMap<String, Vec<(Sym, Vec<PodView>)>>,
 }
 
 impl PodIndex {
@@ -128,7 +132,7 @@ impl PodIndex {
     pub fn remove(&mut self, node: &str, namespace: &str, name: &str) {
         if let Some(namespaces) = self.by_node.get_mut(node) {
             for (ns, pods) in namespaces.iter_mut() {
-                if ns == namespace {
+                if &**ns == namespace {
                     pods.retain(|p| p.name != name);
                 }
             }
@@ -163,14 +167,14 @@ impl PodIndex {
 
 /// The pods of one node, by namespace.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NodePods<'a>(&'a [(String, Vec<PodView>)]);
+pub struct NodePods<'a>(&'a [(Sym, Vec<PodView>)]);
 
 impl<'a> NodePods<'a> {
     /// The pods of `namespace`.
     pub fn pods(self, namespace: &str) -> &'a [PodView] {
         self.0
             .iter()
-            .find(|(ns, _)| ns == namespace)
+            .find(|(ns, _)| &**ns == namespace)
             .map_or(&[], |(_, pods)| pods.as_slice())
     }
 }

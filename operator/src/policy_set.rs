@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use taint_operator_crd::TaintPolicy;
 
 use crate::{
+    labels::LabelMap,
     policy::CompiledPolicy,
     selector::{LabelKeys, Selector, SlotSelector},
 };
@@ -140,7 +141,7 @@ impl PolicySet {
     }
 
     /// The node's values of the label keys node selectors read, for [`Self::selects`].
-    pub fn label_values<'a>(&self, labels: &'a BTreeMap<String, String>) -> Vec<Option<&'a str>> {
+    pub fn label_values<'a>(&self, labels: &'a impl LabelMap) -> Vec<Option<&'a str>> {
         let mut values = Vec::new();
         self.label_values_into(labels, &mut values);
         values
@@ -149,7 +150,7 @@ impl PolicySet {
     /// [`Self::label_values`] into `values` (cleared first), to reuse its buffer.
     pub fn label_values_into<'a>(
         &self,
-        labels: &'a BTreeMap<String, String>,
+        labels: &'a impl LabelMap,
         values: &mut Vec<Option<&'a str>>,
     ) {
         self.label_keys.values_into(labels, values)

@@ -123,12 +123,7 @@ async fn warn_on_policy(ctx: &Context, policy: &TaintPolicy, summary: &PolicySum
 /// Recomputes every policy's summary from the caches and writes the statuses that changed.
 pub async fn refresh_all(ctx: &Context) -> Result<()> {
     let set = ctx.policy_set();
-    let nodes: Vec<NodeView> = ctx
-        .nodes
-        .state()
-        .iter()
-        .map(|n| NodeView::from_node(n))
-        .collect();
+    let nodes: Vec<NodeView> = ctx.nodes.state().iter().map(|n| n.view.clone()).collect();
     let plan = {
         let pods = ctx.pods.read().expect("pod cache lock");
         plan_cluster(

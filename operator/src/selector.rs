@@ -1,8 +1,8 @@
 //! Label selector matching for `nodeSelector` and critical-pod selectors.
 
-use std::collections::BTreeMap;
-
 use taint_operator_crd::{LabelSelector, SelectorOperator};
+
+use crate::labels::LabelMap;
 
 /// A selector ready to match label maps. An empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -30,13 +30,16 @@ impl Selector {
         }
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+    pub fn matches(&self, labels: &impl LabelMap) -> bool {
+        self.labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v.as_str()))
             && self.expressions.iter().all(|(key, op, values)| {
                 let value = labels.get(key);
+                let listed = |v: &str| values.iter().any(|x| x == v);
                 match op {
-                    SelectorOperator::In => value.is_some_and(|v| values.contains(v)),
-                    SelectorOperator::NotIn => value.is_none_or(|v| !values.contains(v)),
+                    SelectorOperator::In => value.is_some_and(listed),
+                    SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
                     SelectorOperator::Exists => value.is_some(),
                     SelectorOperator::DoesNotExist => value.is_none(),
                 }
@@ -85,30 +88,26 @@ impl LabelKeys {
     }
 
     /// The value of each key in `labels`, by slot.
-    pub fn values<'a>(&self, labels: &'a BTreeMap<String, String>) -> Vec<Option<&'a str>> {
+    pub fn values<'a>(&self, labels: &'a impl LabelMap) -> Vec<Option<&'a str>> {
         let mut values = Vec::new();
         self.values_into(labels, &mut values);
         values
     }
 
     /// [`Self::values`] into `values` (cleared first).
-    pub fn values_into<'a>(
-        &self,
-        labels: &'a BTreeMap<String, String>,
-        values: &mut Vec<Option<&'a str>>,
-    ) {
+    pub fn values_into<'a>(&self, labels: &'a impl LabelMap, values: &mut Vec<Option<&'a str>>) {
         values.clear();
         values.resize(self.sorted.len(), None);
         // One walk of both sorted lists reads each label key once; a map look-up per
         // key reads several keys per look-up, and on a cold node each read is a miss.
         let mut wanted = self.sorted.iter().peekable();
-        for (key, value) in labels {
-            while wanted.next_if(|(k, _)| k < key).is_some() {}
+        for (key, value) in labels.sorted() {
+            while wanted.next_if(|(k, _)| k.as_str() < key).is_some() {}
             let Some((k, slot)) = wanted.peek() else {
                 break;
             };
             if k == key {
-                values[*slot] = Some(value.as_str());
+                values[*slot] = Some(value);
                 wanted.next();
             }
         }
@@ -156,6 +155,8 @@ pub fn selector_string(s: &LabelSelector) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use taint_operator_crd::LabelSelectorRequirement;
 
