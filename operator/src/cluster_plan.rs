@@ -61,7 +61,7 @@ pub struct ClusterPlan {
 /// Nodes already carrying them keep them; the rest are admitted by name until the cap.
 pub fn admissions(
     set: &PolicySet,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     evals: &[NodeEvaluation],
 ) -> Vec<Option<HashSet<usize>>> {
     admit(set, nodes, |n, i| evals[n].policies[i].verdict())
@@ -70,7 +70,7 @@ pub fn admissions(
 /// [`admissions`] from the verdict of policy `i` on node `n`.
 fn admit(
     set: &PolicySet,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     verdict: impl Fn(usize, usize) -> Verdict,
 ) -> Vec<Option<HashSet<usize>>> {
     (0..set.policies.len())
@@ -105,6 +105,18 @@ fn admit(
 pub fn plan_cluster(
     set: &PolicySet,
     nodes: &[NodeView],
+    pods: &PodIndex,
+    now: Timestamp,
+    unknown: UnknownPolicies,
+) -> ClusterPlan {
+    let nodes: Vec<&NodeView> = nodes.iter().collect();
+    plan_cluster_refs(set, &nodes, pods, now, unknown)
+}
+
+/// [`plan_cluster`] on views held elsewhere (the node cache's), without copying them.
+pub fn plan_cluster_refs(
+    set: &PolicySet,
+    nodes: &[&NodeView],
     pods: &PodIndex,
     now: Timestamp,
     unknown: UnknownPolicies,
@@ -238,7 +250,7 @@ fn unconverged(set: &PolicySet, plans: &[NodePlan]) -> Vec<usize> {
 pub fn summarize(
     set: &PolicySet,
     i: usize,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     evals: &[NodeEvaluation],
     admitted: &Option<HashSet<usize>>,
     plans: &[NodePlan],
@@ -259,7 +271,7 @@ pub fn summarize(
 fn summary(
     set: &PolicySet,
     i: usize,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     verdict: impl Fn(usize) -> Verdict,
     admitted: &Option<HashSet<usize>>,
     unconverged: usize,
