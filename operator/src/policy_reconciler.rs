@@ -78,8 +78,7 @@ pub fn error_policy(policy: Arc<TaintPolicy>, error: &Error, ctx: Arc<Context>) 
 
 /// True when the node records a taint or a completion of `policy`.
 pub fn mentions(node: &CachedNode, policy: &str) -> bool {
-    node.view.managed.0.values().any(|p| p == policy)
-        || node.view.bootstrapped.0.contains_key(policy)
+    node.view.managed.0.values().any(|p| p == policy) || node.view.bootstrapped.contains(policy)
 }
 
 async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
