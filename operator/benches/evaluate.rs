@@ -39,6 +39,7 @@ use taint_operator::{
     cluster::{NodeView, PodIndex},
     cluster_plan::{ClusterPlan, plan_cluster},
     decision::evaluate_node,
+    labels::LabelMap,
     node_plan::{UnknownPolicies, plan_node},
     policy_set::PolicySet,
 };
@@ -1090,7 +1091,7 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>, clock: &str) {
         .iter()
         .position(|v| {
             let p = planned(v);
-            v.labels.get("example.com/pool").map(String::as_str) == Some("compute")
+            LabelMap::get(&v.labels, "example.com/pool") == Some("compute")
                 && p.added.is_empty()
                 && p.removed.is_empty()
         })

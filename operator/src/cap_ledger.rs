@@ -4,12 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
-use taint_operator_crd::MANAGED_TAINTS_ANNOTATION;
 
 use crate::{
-    cluster::NodeView, decision::NodeEvaluation, node_plan::carries, policy_set::PolicySet,
+    cluster::NodeView, decision::NodeEvaluation, node_cache::CachedNode, node_plan::carries,
+    policy_set::PolicySet,
 };
 
 #[derive(Default, Debug)]
@@ -31,7 +30,7 @@ impl CapLedger {
         set: &PolicySet,
         eval: &NodeEvaluation,
         node: &NodeView,
-        nodes: &Store<Node>,
+        nodes: &Store<CachedNode>,
     ) -> Vec<bool> {
         (0..set.policies.len())
             .map(|i| {
@@ -45,18 +44,17 @@ impl CapLedger {
                 }
                 // Without a cap there is nothing to count: counting scans every cached
                 // node, and doing it on every reconcile made a fleet-wide taint quadratic.
-                if p.rules.as_ref().is_ok_and(|r| r.max_tainted_nodes.is_none()) {
+                if p.rules
+                    .as_ref()
+                    .is_ok_and(|r| r.max_tainted_nodes.is_none())
+                {
                     return true;
                 }
                 let selected = match &p.rules {
                     Ok(rules) => nodes
                         .state()
                         .iter()
-                        .filter(|n| {
-                            rules
-                                .node_selector
-                                .matches(n.metadata.labels.as_ref().unwrap_or(&Default::default()))
-                        })
+                        .filter(|n| rules.node_selector.matches(&n.view.labels))
                         .count(),
                     Err(_) => 0,
                 };
@@ -82,16 +80,15 @@ impl CapLedger {
                     .state()
                     .iter()
                     .filter(|n| {
-                        let name = n.metadata.name.as_deref().unwrap_or_default();
+                        let name = n.name();
                         !observed.contains(name)
                             && !carrying.contains(name)
                             // Cheap test first: only an owner can carry.
-                            && n.metadata
-                                .annotations
-                                .as_ref()
-                                .and_then(|a| a.get(MANAGED_TAINTS_ANNOTATION))
+                            && n.annotations
+                                .managed
+                                .as_deref()
                                 .is_some_and(|v| v.contains(p.name.as_str()))
-                            && carries(set, i, &NodeView::from_node(n))
+                            && carries(set, i, &n.view)
                     })
                     .count();
                 let held = self.held.entry(p.name.clone()).or_default();

@@ -3,10 +3,7 @@
 //! Built once per object (by the controller's cache or by `plan`), so evaluation
 //! never re-parses annotations or timestamps.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod, Taint},
@@ -16,21 +13,24 @@ use taint_operator_crd::{
     BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION,
 };
 
-use crate::ownership::{Bootstrapped, ManagedTaints};
-use crate::short_str::same;
+use crate::{
+    labels::{LabelMap, Labels, Sym, sym},
+    ownership::{Bootstrapped, ManagedTaints},
+};
 
+/// Type, status and reason are interned: every node has the same few.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeCondition {
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
+    pub type_: Sym,
+    pub status: Sym,
+    pub reason: Sym,
     pub last_transition: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeView {
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     pub taints: Vec<Taint>,
     pub conditions: Vec<NodeCondition>,
     pub managed: ManagedTaints,
@@ -43,7 +43,7 @@ impl NodeView {
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
         NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
+            labels: Labels::from_map(node.metadata.labels.as_ref()),
             taints: node
                 .spec
                 .as_ref()
@@ -56,9 +56,9 @@ impl NodeView {
                 .map(|cs| {
                     cs.iter()
                         .map(|c| NodeCondition {
-                            type_: c.type_.clone(),
-                            status: c.status.clone(),
-                            reason: c.reason.clone().unwrap_or_default(),
+                            type_: sym(&c.type_),
+                            status: sym(&c.status),
+                            reason: sym(c.reason.as_deref().unwrap_or_default()),
                             last_transition: c.last_transition_time.as_ref().map(|t| t.0),
                         })
                         .collect()
@@ -70,15 +70,15 @@ impl NodeView {
     }
 
     pub fn condition(&self, type_: &str) -> Option<&NodeCondition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
+        self.conditions.iter().find(|c| &*c.type_ == type_)
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodView {
     pub name: String,
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
+    pub namespace: Sym,
+    pub labels: Labels,
     pub ready: bool,
 }
 
@@ -99,8 +99,8 @@ impl PodView {
             .is_some_and(|v| v == "true");
         PodView {
             name: pod.metadata.name.clone().unwrap_or_default(),
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            namespace: sym(pod.metadata.namespace.as_deref().unwrap_or_default()),
+            labels: Labels::from_map(pod.metadata.labels.as_ref()),
             ready: condition_ready || annotated_ready,
         }
     }
@@ -112,10 +112,11 @@ impl PodView {
 pub struct PodIndex {
     /// Looked up once per node on every evaluation: foldhash rather than SipHash.
     by_node: HashMap<String, Vec<NamespacePods>, foldhash::fast::RandomState>,
-    /// The namespace of every indexed pod, once. All nodes' entries for a namespace
-    /// share its string, so a critical-pod check finds the namespace on a node by
-    /// comparing pointers rather than reading a (cold) copy of the name on every node.
-    namespaces: HashSet<Arc<str>>,
+    /// The namespace of every indexed pod, once, with the number of nodes that have
+    /// pods in it. All nodes' entries for a namespace share its string, so a
+    /// critical-pod check finds the namespace on a node by comparing pointers rather
+    /// than reading a (cold) copy of the name on every node.
+    namespaces: HashMap<Arc<str>, usize>,
 }
 
 /// A namespace that has indexed pods, from [`PodIndex::namespace`].
@@ -127,58 +128,6 @@ pub struct Namespace<'a>(&'a Arc<str>);
 struct NamespacePods {
     namespace: Arc<str>,
     pods: Vec<PodView>,
-    /// What critical-pod checks read of the same pods, packed when they are indexed.
-    checked: CheckedPods,
-}
-
-/// The labels and readiness of some pods, packed into three buffers, in the order of
-/// the pods. Reading pods' label maps was the largest cost of a full evaluation: a
-/// map keeps each key and value in an allocation of its own, so checking a node's
-/// few critical pods touched dozens of scattered cache lines.
-#[derive(Debug, Clone, Default)]
-struct CheckedPods {
-    /// Each pod's label keys and values, one after the other.
-    text: String,
-    /// Per label, where its key ends and its value ends in `text`.
-    labels: Vec<(u32, u32)>,
-    /// Per pod, where its labels end in `labels`, and whether it is ready.
-    pods: Vec<(u32, bool)>,
-}
-
-impl CheckedPods {
-    fn push(&mut self, pod: &PodView) {
-        for (k, v) in &pod.labels {
-            self.text.push_str(k);
-            let key_end = offset(self.text.len());
-            self.text.push_str(v);
-            self.labels.push((key_end, offset(self.text.len())));
-        }
-        self.pods.push((offset(self.labels.len()), pod.ready));
-    }
-
-    /// The labels of pod `i`, as `(key, value)`.
-    fn labels(&self, i: usize) -> impl Iterator<Item = (&str, &str)> {
-        let first = match i {
-            0 => 0,
-            _ => self.pods[i - 1].0 as usize,
-        };
-        let mut start = match first {
-            0 => 0,
-            _ => self.labels[first - 1].1 as usize,
-        };
-        self.labels[first..self.pods[i].0 as usize]
-            .iter()
-            .map(move |&(key_end, value_end)| {
-                let (key_end, value_end) = (key_end as usize, value_end as usize);
-                let label = (&self.text[start..key_end], &self.text[key_end..value_end]);
-                start = value_end;
-                label
-            })
-    }
-}
-
-fn offset(n: usize) -> u32 {
-    u32::try_from(n).expect("the labels of a node's pods fit in 4 GiB")
 }
 
 /// A pod as a critical-pod check reads it.
@@ -186,29 +135,19 @@ fn offset(n: usize) -> u32 {
 pub struct CheckedPod<'a> {
     pub pod: &'a PodView,
     pub ready: bool,
-    checked: &'a CheckedPods,
-    i: usize,
 }
 
 impl<'a> CheckedPod<'a> {
-    /// The value of label `key`, if the pod has it.
+    /// The value of label `key`, if the pod has it. Label sets are interned, so the
+    /// pods of one DaemonSet share one set, which stays in the cache across nodes.
     pub fn label(&self, key: &str) -> Option<&'a str> {
-        self.checked
-            .labels(self.i)
-            .find(|(k, _)| same(k, key))
-            .map(|(_, v)| v)
+        self.pod.labels.get(key)
     }
 }
 
 impl NamespacePods {
     fn remove(&mut self, name: &str) {
-        if self.pods.iter().any(|p| p.name == name) {
-            self.pods.retain(|p| p.name != name);
-            self.checked = CheckedPods::default();
-            for p in &self.pods {
-                self.checked.push(p);
-            }
-        }
+        self.pods.retain(|p| p.name != name);
     }
 }
 
@@ -225,25 +164,20 @@ impl PodIndex {
         {
             Some(i) => i,
             None => {
-                let namespace = match self.namespaces.get(pod.namespace.as_str()) {
-                    Some(namespace) => namespace.clone(),
-                    None => {
-                        let namespace: Arc<str> = pod.namespace.as_str().into();
-                        self.namespaces.insert(namespace.clone());
-                        namespace
-                    }
+                let namespace = match self.namespaces.get_key_value(&*pod.namespace) {
+                    Some((namespace, _)) => namespace.clone(),
+                    None => pod.namespace.clone(),
                 };
+                *self.namespaces.entry(namespace.clone()).or_default() += 1;
                 namespaces.push(NamespacePods {
                     namespace,
                     pods: Vec::new(),
-                    checked: CheckedPods::default(),
                 });
                 namespaces.len() - 1
             }
         };
         let ns = &mut namespaces[i];
         ns.remove(&pod.name);
-        ns.checked.push(&pod);
         ns.pods.push(pod);
     }
 
@@ -259,9 +193,11 @@ impl PodIndex {
                 if !ns.pods.is_empty() {
                     return true;
                 }
-                // The set and this entry: no other node has pods in the namespace.
-                if Arc::strong_count(&ns.namespace) == 2 {
-                    interned.remove(&ns.namespace);
+                if let Some(nodes) = interned.get_mut(&ns.namespace) {
+                    *nodes -= 1;
+                    if *nodes == 0 {
+                        interned.remove(&ns.namespace);
+                    }
                 }
                 false
             });
@@ -294,7 +230,9 @@ impl PodIndex {
 
     /// `namespace`, when some indexed pod is in it, for [`NodePods::checked`].
     pub fn namespace(&self, namespace: &str) -> Option<Namespace<'_>> {
-        self.namespaces.get(namespace).map(Namespace)
+        self.namespaces
+            .get_key_value(namespace)
+            .map(|(ns, _)| Namespace(ns))
     }
 }
 
@@ -316,11 +254,9 @@ impl<'a> NodePods<'a> {
             .find(|ns| Arc::ptr_eq(&ns.namespace, namespace.0))
             .into_iter()
             .flat_map(|ns| {
-                ns.pods.iter().enumerate().map(|(i, pod)| CheckedPod {
+                ns.pods.iter().map(|pod| CheckedPod {
                     pod,
-                    ready: ns.checked.pods[i].1,
-                    checked: &ns.checked,
-                    i,
+                    ready: pod.ready,
                 })
             })
     }
@@ -349,11 +285,8 @@ mod tests {
     fn pod(namespace: &str, name: &str, labels: &[(&str, &str)], ready: bool) -> PodView {
         PodView {
             name: name.into(),
-            namespace: namespace.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            namespace: sym(namespace),
+            labels: Labels::new(labels.iter().copied()),
             ready,
         }
     }

@@ -83,7 +83,7 @@ impl ClusterPlan {
 /// Nodes already carrying them keep them; the rest are admitted by name until the cap.
 pub fn admissions(
     set: &PolicySet,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     evals: &[NodeEvaluation],
 ) -> Vec<Option<HashSet<usize>>> {
     admit(set, nodes, |n, i| evals[n].policies[i].verdict())
@@ -92,7 +92,7 @@ pub fn admissions(
 /// [`admissions`] from the verdict of policy `i` on node `n`.
 fn admit(
     set: &PolicySet,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     verdict: impl Fn(usize, usize) -> Verdict,
 ) -> Vec<Option<HashSet<usize>>> {
     (0..set.policies.len())
@@ -127,6 +127,18 @@ fn admit(
 pub fn plan_cluster(
     set: &PolicySet,
     nodes: &[NodeView],
+    pods: &PodIndex,
+    now: Timestamp,
+    unknown: UnknownPolicies,
+) -> ClusterPlan {
+    let nodes: Vec<&NodeView> = nodes.iter().collect();
+    plan_cluster_refs(set, &nodes, pods, now, unknown)
+}
+
+/// [`plan_cluster`] on views held elsewhere (the node cache's), without copying them.
+pub fn plan_cluster_refs(
+    set: &PolicySet,
+    nodes: &[&NodeView],
     pods: &PodIndex,
     now: Timestamp,
     unknown: UnknownPolicies,
@@ -274,7 +286,7 @@ impl Tally {
     }
 
     /// Sorts the waiting nodes out, once the admissions are known.
-    fn settle(&mut self, nodes: &[NodeView], admitted: &Option<HashSet<usize>>) {
+    fn settle(&mut self, nodes: &[&NodeView], admitted: &Option<HashSet<usize>>) {
         for n in std::mem::take(&mut self.waiting) {
             if admitted.as_ref().is_some_and(|a| !a.contains(&n)) {
                 self.pending += 1;
@@ -306,7 +318,7 @@ fn count_changes(set: &PolicySet, plan: &NodePlan, tallies: &mut [Tally]) {
 pub fn summarize(
     set: &PolicySet,
     i: usize,
-    nodes: &[NodeView],
+    nodes: &[&NodeView],
     evals: &[NodeEvaluation],
     admitted: &Option<HashSet<usize>>,
     plans: &[NodePlan],

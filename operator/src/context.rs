@@ -7,10 +7,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::{
-    api::core::v1::{Node, ObjectReference},
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Client,
     runtime::{
@@ -22,13 +19,13 @@ use taint_operator_crd::{FIELD_MANAGER, TaintPolicy};
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::{
-    cap_ledger::CapLedger, metrics::Metrics, pod_cache::PodCache, pod_watch::PodWatches,
-    policy_set::PolicySet,
+    cap_ledger::CapLedger, metrics::Metrics, node_cache::CachedNode, pod_cache::PodCache,
+    pod_watch::PodWatches, policy_set::PolicySet,
 };
 
 pub struct Context {
     pub client: Client,
-    pub nodes: Store<Node>,
+    pub nodes: Store<CachedNode>,
     pub policies: Store<TaintPolicy>,
     pub policy_set: RwLock<Arc<PolicySet>>,
     pub pods: Arc<RwLock<PodCache>>,
@@ -50,7 +47,7 @@ pub struct Context {
     /// Node name → (the resourceVersion our last write to it replaced, the node that
     /// write returned), until the node watch delivers anything newer. A reconcile
     /// that runs before then would plan on the replaced node and lose a conflict.
-    pub recent_writes: Mutex<HashMap<String, (String, Arc<Node>)>>,
+    pub recent_writes: Mutex<HashMap<String, (String, Arc<CachedNode>)>>,
     /// Node reconciles running at once; see `node_reconciler::reconcile_node`.
     pub reconcile_slots: tokio::sync::Semaphore,
     /// Node events on their way out; see `emit`.
@@ -85,7 +82,7 @@ const EVENTS_IN_FLIGHT: usize = 8;
 impl Context {
     pub fn new(
         client: Client,
-        nodes: Store<Node>,
+        nodes: Store<CachedNode>,
         policies: Store<TaintPolicy>,
         pod_watches: PodWatches,
         metrics: Metrics,
@@ -159,13 +156,11 @@ impl Context {
 
     /// `cached`, or the node our own last write returned when the cache has not
     /// caught up with that write yet.
-    pub fn freshest(&self, cached: Arc<Node>) -> Arc<Node> {
-        let name = cached.metadata.name.as_deref().unwrap_or_default();
+    pub fn freshest(&self, cached: Arc<CachedNode>) -> Arc<CachedNode> {
+        let name = cached.name();
         let mut writes = self.recent_writes.lock().expect("recent writes lock");
         match writes.get(name) {
-            Some((replaced, written))
-                if cached.metadata.resource_version.as_ref() == Some(replaced) =>
-            {
+            Some((replaced, written)) if cached.resource_version() == Some(replaced) => {
                 written.clone()
             }
             Some(_) => {
@@ -178,14 +173,12 @@ impl Context {
 
     /// Remembers a write until the node watch shows something newer. Not when the
     /// cache already has moved past the node the write replaced.
-    pub fn wrote(&self, base_resource_version: &str, written: &Node) {
-        let name = written.metadata.name.clone().unwrap_or_default();
+    pub fn wrote(&self, base_resource_version: &str, written: &CachedNode) {
+        let name = written.name().to_string();
         let cached = self
             .nodes
             .get(&kube::runtime::reflector::ObjectRef::new(&name));
-        if cached
-            .is_some_and(|c| c.metadata.resource_version.as_deref() == Some(base_resource_version))
-        {
+        if cached.is_some_and(|c| c.resource_version() == Some(base_resource_version)) {
             self.recent_writes
                 .lock()
                 .expect("recent writes lock")

@@ -314,11 +314,11 @@ fn draft<'a>(
             plan.completed.push(p.name.clone());
         }
     }
-    let keep = |name: &String| match set.index_of(name) {
+    let keep = |name: &str| match set.index_of(name) {
         Some(j) => !set.policies[j].deleting,
         None => unknown == UnknownPolicies::Keep,
     };
-    if !plan.bootstrapped.0.keys().all(keep) {
+    if !plan.bootstrapped.0.iter().all(|(name, _)| keep(name)) {
         plan.bootstrapped.to_mut().0.retain(|name, _| keep(name));
     }
     plan

@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource,
     runtime::{
@@ -18,15 +18,14 @@ use kube::{
 };
 
 use crate::{
-    cluster::NodeView,
     context::Context,
     decision::evaluate_node,
     error::{Error, Result},
     metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
+    node_cache::CachedNode,
     node_plan::{NodePlan, TaintChange, UnknownPolicies, plan_node},
     node_writer::write_node,
     policy_set::PolicySet,
-    slim::SlimNode,
 };
 
 const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
@@ -35,7 +34,7 @@ const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 /// wakes it when another node heals and frees a place.
 pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 
-pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
     ctx.wait_synced().await;
     let _slot = ctx
         .reconcile_slots
@@ -66,8 +65,8 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action
     })
 }
 
-pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(node = node.metadata.name.as_deref().unwrap_or(""), error = %error, "node reconcile failed");
+pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(node = node.name(), error = %error, "node reconcile failed");
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
@@ -84,29 +83,29 @@ pub fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action
 pub async fn converge_node(
     ctx: &Context,
     set: &PolicySet,
-    node: Node,
+    node: CachedNode,
 ) -> Result<Option<Timestamp>> {
     let now = (ctx.clock)();
     let next_check = Mutex::new(None);
     let held_back = Mutex::new(false);
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
-    let api: Api<SlimNode> = Api::all(ctx.client.clone());
-    let replan = |n: &Node| -> NodePlan {
-        let view = NodeView::from_node(n);
+    let api: Api<CachedNode> = Api::all(ctx.client.clone());
+    let replan = |n: &CachedNode| -> NodePlan {
+        let view = &n.view;
         let eval = {
             let pods = ctx.pods.read().expect("pod cache lock");
-            evaluate_node(set, &view, pods.index(), now)
+            evaluate_node(set, view, pods.index(), now)
         };
         *next_check.lock().expect("next check lock") = eval.next_check;
         let admitted = ctx
             .caps
             .lock()
             .expect("cap ledger lock")
-            .admit(set, &eval, &view, &ctx.nodes);
+            .admit(set, &eval, view, &ctx.nodes);
         *held_back.lock().expect("held back lock") = admitted.contains(&false);
         plan_node(
             set,
-            &view,
+            view,
             &eval,
             &|i| admitted[i],
             UnknownPolicies::Remove,
@@ -122,11 +121,11 @@ pub async fn converge_node(
             .is_ok_and(|r| r.max_tainted_nodes.is_some())
     });
     if capped {
-        let wake = ctx.caps.lock().expect("cap ledger lock").observe(
-            set,
-            &NodeView::from_node(&node),
-            &NodeView::from_node(final_node),
-        );
+        let wake =
+            ctx.caps
+                .lock()
+                .expect("cap ledger lock")
+                .observe(set, &node.view, &final_node.view);
         // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
         ctx.pod_watches.reevaluate(wake);
     }
@@ -149,8 +148,8 @@ pub async fn converge_node(
 /// Counts, logs and explains a write: one event for what it added and one for what
 /// it removed, each naming every policy, taint and reason (a write usually changes
 /// one taint; a fleet-wide change must not cost an event per policy per node).
-fn report(ctx: &Context, node: &Node, plan: &NodePlan) {
-    let name = node.metadata.name.as_deref().unwrap_or("");
+fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
+    let name = node.name();
     for (changes, added) in [(&plan.added, true), (&plan.removed, false)] {
         for change in changes {
             let label = PolicyLabel {

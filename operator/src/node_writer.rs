@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_ANNOTATION};
@@ -16,21 +15,16 @@ use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_
 use crate::{
     error::{Error, Result},
     metrics::Metrics,
+    node_cache::CachedNode,
     node_plan::NodePlan,
-    slim::SlimNode,
 };
 
 pub const MAX_ATTEMPTS: u32 = 6;
 
 /// The JSON patch taking `current` to `plan`, or `None` when nothing changes.
-pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
+pub fn build_patch(current: &CachedNode, plan: &NodePlan) -> Option<Value> {
     let mut ops = Vec::new();
-    let current_taints = current
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
-    if current_taints != plan.taints.as_slice() {
+    if current.taints() != plan.taints.as_slice() {
         if plan.taints.is_empty() {
             ops.push(json!({"op": "remove", "path": "/spec/taints"}));
         } else {
@@ -38,7 +32,7 @@ pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
             ops.push(json!({"op": "add", "path": "/spec/taints", "value": plan.taints}));
         }
     }
-    let annotations = current.metadata.annotations.as_ref();
+    let annotations = &current.annotations;
     let wanted = [
         (MANAGED_TAINTS_ANNOTATION, plan.managed.to_annotation()),
         (BOOTSTRAPPED_ANNOTATION, plan.bootstrapped.to_annotation()),
@@ -46,13 +40,13 @@ pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
     let mut annotation_ops = Vec::new();
     let mut new_map = serde_json::Map::new();
     for (key, value) in wanted {
-        let have = annotations.and_then(|a| a.get(key));
+        let have = annotations.get(key);
         let path = format!(
             "/metadata/annotations/{}",
             key.replace('~', "~0").replace('/', "~1")
         );
         match (have, value) {
-            (Some(h), Some(v)) if *h == v => {}
+            (Some(h), Some(v)) if h == v => {}
             (_, Some(v)) => {
                 annotation_ops.push(json!({"op": "add", "path": path, "value": v}));
                 new_map.insert(key.to_string(), Value::String(v));
@@ -61,7 +55,7 @@ pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
             (None, None) => {}
         }
     }
-    if annotations.is_none() && !new_map.is_empty() {
+    if !annotations.any && !new_map.is_empty() {
         // A node without any annotation has no map to add a member to.
         ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": new_map}));
     } else {
@@ -70,11 +64,7 @@ pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
     if ops.is_empty() {
         return None;
     }
-    let rv = current
-        .metadata
-        .resource_version
-        .clone()
-        .unwrap_or_default();
+    let rv = current.resource_version().unwrap_or_default();
     ops.insert(
         0,
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
@@ -85,7 +75,7 @@ pub fn build_patch(current: &Node, plan: &NodePlan) -> Option<Value> {
 /// A write that happened: the plan applied, and the node as the API server returned it.
 pub struct Written {
     pub plan: NodePlan,
-    pub node: Node,
+    pub node: CachedNode,
     /// The resourceVersion the write was guarded by (the node it changed).
     pub base_resource_version: String,
 }
@@ -111,12 +101,12 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 /// Plans against `node` with `replan` and writes the result, re-reading and
 /// re-planning on conflicts. Returns `None` when the node needs no change.
 pub async fn write_node(
-    api: &Api<SlimNode>,
+    api: &Api<CachedNode>,
     metrics: &Metrics,
-    mut node: Node,
-    replan: impl Fn(&Node) -> NodePlan,
+    mut node: CachedNode,
+    replan: impl Fn(&CachedNode) -> NodePlan,
 ) -> Result<Option<Written>> {
-    let name = node.metadata.name.clone().unwrap_or_default();
+    let name = node.name().to_string();
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
@@ -133,8 +123,8 @@ pub async fn write_node(
             Ok(written) => {
                 return Ok(Some(Written {
                     plan,
-                    node: written.0,
-                    base_resource_version: node.metadata.resource_version.unwrap_or_default(),
+                    node: written,
+                    base_resource_version: node.resource_version().unwrap_or_default().to_string(),
                 }));
             }
             Err(e) if is_conflict(&e) => {
@@ -144,8 +134,7 @@ pub async fn write_node(
                 node = api
                     .get(&name)
                     .await
-                    .map_err(|e| Error::kube(format!("get node {name}"), e))?
-                    .0;
+                    .map_err(|e| Error::kube(format!("get node {name}"), e))?;
             }
             Err(e) => return Err(Error::kube(format!("patch node {name}"), e)),
         }

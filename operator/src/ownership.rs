@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use taint_operator_crd::TaintEffect;
 
+use crate::labels::{Sym, sym};
+
 /// `<key>:<effect>`, the identity of a taint (the API server refuses two taints with both equal).
 pub fn taint_id(key: &str, effect: &str) -> String {
     format!("{key}:{effect}")
@@ -47,61 +49,99 @@ impl ManagedTaints {
     }
 }
 
-/// A recorded BootstrapOnly completion.
+/// A recorded BootstrapOnly completion. Interned: a policy's uid is the same on
+/// every node, and nodes that completed in the same second share the time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
-    pub uid: String,
-    pub at: String,
+    pub uid: Sym,
+    pub at: Sym,
 }
 
 /// Policy name → completion.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Bootstrapped(pub BTreeMap<String, Completion>);
+pub struct Bootstrapped(pub Completions);
+
+/// Completions sorted by policy name, in a small vector: a node records one per
+/// BootstrapOnly policy, and a map would cost most of a node's cache entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completions(Vec<(Sym, Completion)>);
+
+impl Completions {
+    /// Keeps the completions for which `keep` says so (as `BTreeMap::retain`).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Sym, &mut Completion) -> bool) {
+        self.0.retain_mut(|(policy, c)| keep(policy, c));
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Completion)> {
+        self.0.iter().map(|(p, c)| (&**p, c))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 impl Bootstrapped {
     pub fn parse(annotation: Option<&str>) -> Self {
         let raw: BTreeMap<String, String> = annotation
             .and_then(|a| serde_json::from_str(a).ok())
             .unwrap_or_default();
-        Bootstrapped(
+        Bootstrapped(Completions(
             raw.into_iter()
                 .filter_map(|(policy, v)| {
                     let (uid, at) = v.split_once('@')?;
                     Some((
-                        policy,
+                        sym(&policy),
                         Completion {
-                            uid: uid.to_string(),
-                            at: at.to_string(),
+                            uid: sym(uid),
+                            at: sym(at),
                         },
                     ))
                 })
                 .collect(),
-        )
+        ))
+    }
+
+    pub fn get(&self, policy: &str) -> Option<&Completion> {
+        self.position(policy).ok().map(|i| &self.0.0[i].1)
+    }
+
+    pub fn contains(&self, policy: &str) -> bool {
+        self.position(policy).is_ok()
+    }
+
+    fn position(&self, policy: &str) -> Result<usize, usize> {
+        self.0.0.binary_search_by(|(p, _)| (**p).cmp(policy))
     }
 
     pub fn to_annotation(&self) -> Option<String> {
         let raw: BTreeMap<&str, String> = self
             .0
             .iter()
-            .map(|(p, c)| (p.as_str(), format!("{}@{}", c.uid, c.at)))
+            .map(|(p, c)| (p, format!("{}@{}", c.uid, c.at)))
             .collect();
         (!raw.is_empty()).then(|| serde_json::to_string(&raw).expect("a string map serializes"))
     }
 
     /// True when `policy` completed on this node in its current incarnation (`uid`).
     pub fn completed(&self, policy: &str, uid: &str) -> bool {
-        self.0.get(policy).is_some_and(|c| c.uid == uid)
+        self.get(policy).is_some_and(|c| &*c.uid == uid)
     }
 
     pub fn record(&mut self, policy: &str, uid: &str, now: Timestamp) {
         let at = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-        self.0.insert(
-            policy.to_string(),
-            Completion {
-                uid: uid.to_string(),
-                at,
-            },
-        );
+        let completion = Completion {
+            uid: sym(uid),
+            at: sym(&at),
+        };
+        match self.position(policy) {
+            Ok(i) => self.0.0[i].1 = completion,
+            Err(i) => self.0.0.insert(i, (sym(policy), completion)),
+        }
     }
 }
 
@@ -132,9 +172,15 @@ mod tests {
         assert!(!b.completed("p", "uid-2"));
         assert!(!b.completed("bad", "nouid"));
         b.record("q", "uid-9", "2026-11-20T12:00:00Z".parse().unwrap());
+        b.record("a", "uid-8", "2026-11-20T12:00:00Z".parse().unwrap());
+        b.record("a", "uid-7", "2026-11-20T12:00:00Z".parse().unwrap());
+        assert!(b.completed("a", "uid-7"));
+        assert!(b.contains("q") && !b.contains("bad"));
         assert_eq!(
             b.to_annotation().as_deref(),
-            Some(r#"{"p":"uid-1@2026-11-20T10:00:00Z","q":"uid-9@2026-11-20T12:00:00Z"}"#)
+            Some(
+                r#"{"a":"uid-7@2026-11-20T12:00:00Z","p":"uid-1@2026-11-20T10:00:00Z","q":"uid-9@2026-11-20T12:00:00Z"}"#
+            )
         );
     }
 

@@ -39,7 +39,7 @@ impl PodCache {
     pub fn upsert(&mut self, source: u64, pod: &Pod) -> Vec<String> {
         let view = PodView::from_pod(pod);
         let node = bound_node(pod);
-        let key = (view.namespace.clone(), view.name.clone());
+        let key = (view.namespace.to_string(), view.name.clone());
         let mut affected = Vec::new();
         match self.entries.get_mut(&key) {
             Some(e) => {

@@ -11,7 +11,7 @@ use std::{
 };
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client,
     runtime::{
@@ -23,6 +23,7 @@ use kube::{
 use tokio::{sync::mpsc::UnboundedSender, task::AbortHandle};
 
 use crate::{
+    node_cache::CachedNode,
     pod_cache::PodCache,
     policy_set::PolicySet,
     run::{pod_list_pages, slim_event},
@@ -44,7 +45,7 @@ pub struct PodWatches {
     running: Mutex<HashMap<WatchKey, Running>>,
     next_id: AtomicU64,
     /// Nodes to re-evaluate because one of their critical pods changed.
-    changed_nodes: UnboundedSender<ObjectRef<Node>>,
+    changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
 }
 
 /// The watches a policy set needs: critical pods of every valid policy, dry runs included.
@@ -62,7 +63,7 @@ pub fn wanted_watches(set: &PolicySet) -> BTreeSet<WatchKey> {
 }
 
 impl PodWatches {
-    pub fn new(client: Client, changed_nodes: UnboundedSender<ObjectRef<Node>>) -> Self {
+    pub fn new(client: Client, changed_nodes: UnboundedSender<ObjectRef<CachedNode>>) -> Self {
         PodWatches {
             client,
             cache: Arc::default(),
@@ -159,7 +160,7 @@ async fn watch_pods(
     id: u64,
     cache: Arc<RwLock<PodCache>>,
     synced: Arc<AtomicBool>,
-    changed: UnboundedSender<ObjectRef<Node>>,
+    changed: UnboundedSender<ObjectRef<CachedNode>>,
 ) {
     let config = pod_list_pages().labels(&selector);
     let mut stream = watcher::watcher(api, config)

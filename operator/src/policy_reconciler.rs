@@ -8,7 +8,6 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, ResourceExt,
     runtime::{
@@ -16,16 +15,14 @@ use kube::{
         finalizer::{Event, finalizer},
     },
 };
-use taint_operator_crd::{
-    BOOTSTRAPPED_ANNOTATION, FINALIZER, MANAGED_TAINTS_ANNOTATION, TaintPolicy,
-};
+use taint_operator_crd::{FINALIZER, TaintPolicy};
 
 use crate::{
     context::Context,
     error::{Error, Result},
     metrics::{ControllerLabel, ErrorLabels},
+    node_cache::CachedNode,
     node_reconciler::converge_node,
-    ownership::{Bootstrapped, ManagedTaints},
     policy::CompiledPolicy,
     policy_set::PolicySet,
 };
@@ -80,26 +77,8 @@ pub fn error_policy(policy: Arc<TaintPolicy>, error: &Error, ctx: Arc<Context>) 
 }
 
 /// True when the node records a taint or a completion of `policy`.
-pub fn mentions(node: &Node, policy: &str) -> bool {
-    let annotation = |k: &str| {
-        node.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .map(String::as_str)
-    };
-    // Cheap test first: cleanup asks this of every node, several times a second.
-    let named = |k: &str| annotation(k).is_some_and(|v| v.contains(policy));
-    if !named(MANAGED_TAINTS_ANNOTATION) && !named(BOOTSTRAPPED_ANNOTATION) {
-        return false;
-    }
-    ManagedTaints::parse(annotation(MANAGED_TAINTS_ANNOTATION))
-        .0
-        .values()
-        .any(|p| p == policy)
-        || Bootstrapped::parse(annotation(BOOTSTRAPPED_ANNOTATION))
-            .0
-            .contains_key(policy)
+pub fn mentions(node: &CachedNode, policy: &str) -> bool {
+    node.view.managed.0.values().any(|p| p == policy) || node.view.bootstrapped.contains(policy)
 }
 
 async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
@@ -152,7 +131,7 @@ fn count_mentioning(ctx: &Context, policy: &str) -> usize {
         .count()
 }
 
-fn nodes_mentioning(ctx: &Context, policy: &str) -> Vec<Node> {
+fn nodes_mentioning(ctx: &Context, policy: &str) -> Vec<CachedNode> {
     ctx.nodes
         .state()
         .iter()

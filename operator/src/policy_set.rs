@@ -8,6 +8,7 @@ use taint_operator_crd::TaintPolicy;
 
 use crate::{
     cluster::{NodeCondition, NodeView},
+    labels::LabelMap,
     policy::CompiledPolicy,
     selector::{LabelKeys, LabelValue, Selector, SlotSelector},
 };
@@ -172,16 +173,12 @@ impl PolicySet {
     }
 
     /// The node's values of the label keys node selectors read, for [`Self::selects`].
-    pub fn label_values(&self, labels: &BTreeMap<String, String>) -> Vec<LabelValue> {
+    pub fn label_values(&self, labels: &impl LabelMap) -> Vec<LabelValue> {
         self.label_keys.values(labels)
     }
 
     /// [`Self::label_values`] into `values` (cleared first), to reuse its buffer.
-    pub fn label_values_into(
-        &self,
-        labels: &BTreeMap<String, String>,
-        values: &mut Vec<LabelValue>,
-    ) {
+    pub fn label_values_into(&self, labels: &impl LabelMap, values: &mut Vec<LabelValue>) {
         self.label_keys.values_into(labels, values)
     }
 

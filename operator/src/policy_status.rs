@@ -17,7 +17,7 @@ use taint_operator_crd::{FIELD_MANAGER, TaintPolicy, TaintPolicyStatus};
 
 use crate::{
     cluster::NodeView,
-    cluster_plan::{PolicySummary, Reason, plan_cluster},
+    cluster_plan::{PolicySummary, Reason, plan_cluster_refs},
     context::Context,
     error::{Error, Result},
     metrics::PolicyLabel,
@@ -123,15 +123,12 @@ async fn warn_on_policy(ctx: &Context, policy: &TaintPolicy, summary: &PolicySum
 /// Recomputes every policy's summary from the caches and writes the statuses that changed.
 pub async fn refresh_all(ctx: &Context) -> Result<()> {
     let set = ctx.policy_set();
-    let nodes: Vec<NodeView> = ctx
-        .nodes
-        .state()
-        .iter()
-        .map(|n| NodeView::from_node(n))
-        .collect();
     let plan = {
+        // The cached views as they are: a status run copies no node.
+        let cached = ctx.nodes.state();
+        let nodes: Vec<&NodeView> = cached.iter().map(|n| &n.view).collect();
         let pods = ctx.pods.read().expect("pod cache lock");
-        plan_cluster(
+        plan_cluster_refs(
             &set,
             &nodes,
             pods.index(),

@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, TryStreamExt, future};
+use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, Config, ResourceExt,
@@ -23,8 +23,8 @@ use tracing::instrument::WithSubscriber;
 
 use crate::{
     api_metrics::ApiMetricsLayer, context::Context, http, leader::LeaderElector, metrics::Metrics,
-    node_reconciler, pod_watch::PodWatches, policy_reconciler, policy_set::PolicySet,
-    policy_status, slim::SlimNode,
+    node_cache::CachedNode, node_reconciler, pod_watch::PodWatches, policy_reconciler,
+    policy_set::PolicySet, policy_status,
 };
 
 pub struct RunConfig {
@@ -158,9 +158,9 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
 
     let shutdown = shutdown_signal().shared();
     let (synced_tx, synced_rx) = watch::channel(false);
-    let (changed_nodes_tx, changed_nodes_rx) = mpsc::unbounded_channel::<ObjectRef<Node>>();
+    let (changed_nodes_tx, changed_nodes_rx) = mpsc::unbounded_channel::<ObjectRef<CachedNode>>();
     let (all_nodes_tx, all_nodes_rx) = mpsc::unbounded_channel::<()>();
-    let (node_reader, node_writer) = reflector::store::<Node>();
+    let (node_reader, node_writer) = reflector::store::<CachedNode>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
     let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone());
     let mut ctx = Context::new(
@@ -222,7 +222,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     // waiting for the caches to sync would be the operator's peak memory.
     tokio::spawn(drive_nodes(
         ctx.clone(),
-        Api::<SlimNode>::all(client.clone()),
+        Api::<CachedNode>::all(client.clone()),
         node_writer,
         changed_nodes_tx.clone(),
     ));
@@ -230,7 +230,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     tokio::spawn(policy_status::run_status_writer(ctx.clone()));
 
     let nodes = Controller::for_stream(
-        futures::stream::pending::<Result<Node, watcher::Error>>(),
+        futures::stream::pending::<Result<CachedNode, watcher::Error>>(),
         node_reader,
     )
     .with_config(ControllerConfig::default().concurrency(cfg.concurrency))
@@ -285,28 +285,27 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     Ok(())
 }
 
-/// Fills the node cache (trimmed), names every touched node to the controller,
-/// and records when the first full list is in.
+/// Fills the node cache, names every touched node to the controller, and records
+/// when the first full list is in.
 async fn drive_nodes(
     ctx: Arc<Context>,
-    api: Api<SlimNode>,
-    writer: Writer<Node>,
-    touched: mpsc::UnboundedSender<ObjectRef<Node>>,
+    api: Api<CachedNode>,
+    writer: Writer<CachedNode>,
+    touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
 ) {
     let mut stream = watcher::watcher(api, node_list_pages())
         .default_backoff()
-        .map_ok(|e| slim_event(e, |n: SlimNode| n.0))
         .reflect(writer)
         .boxed();
     while let Some(event) = stream.next().await {
         let node = match event {
             Ok(Event::Apply(n) | Event::InitApply(n)) => {
-                ctx.node_seen(&n.name_any());
+                ctx.node_seen(n.name());
                 n
             }
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
-                ctx.node_seen(&n.name_any());
+                ctx.node_seen(n.name());
                 continue;
             }
             Ok(Event::Init) => continue,
@@ -320,7 +319,7 @@ async fn drive_nodes(
                 continue;
             }
         };
-        if touched.send(ObjectRef::new(&node.name_any())).is_err() {
+        if touched.send(ObjectRef::new(node.name())).is_err() {
             return;
         }
     }

@@ -1,9 +1,8 @@
 //! Label selector matching for `nodeSelector` and critical-pod selectors.
 
-use std::collections::BTreeMap;
-
-use crate::short_str::same;
 use taint_operator_crd::{LabelSelector, SelectorOperator};
+
+use crate::{labels::LabelMap, short_str::same};
 
 /// A selector ready to match label maps. An empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,8 +30,8 @@ impl Selector {
         }
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.matches_by(|key| labels.get(key).map(String::as_str))
+    pub fn matches(&self, labels: &impl LabelMap) -> bool {
+        self.matches_by(|key| labels.get(key))
     }
 
     /// Matches the labels `get` looks up (the value of a key, if present).
@@ -126,17 +125,17 @@ impl LabelKeys {
     }
 
     /// The node's [`LabelValue`] of each key, by slot.
-    pub fn values(&self, labels: &BTreeMap<String, String>) -> Vec<LabelValue> {
+    pub fn values(&self, labels: &impl LabelMap) -> Vec<LabelValue> {
         let mut values = Vec::new();
         self.values_into(labels, &mut values);
         values
     }
 
     /// [`Self::values`] into `values` (cleared first).
-    pub fn values_into(&self, labels: &BTreeMap<String, String>, values: &mut Vec<LabelValue>) {
+    pub fn values_into(&self, labels: &impl LabelMap, values: &mut Vec<LabelValue>) {
         values.clear();
         values.resize(self.keys.len(), None);
-        for (key, value) in labels {
+        for (key, value) in labels.sorted() {
             if self.lengths & length_bit(key) == 0 {
                 continue;
             }
@@ -195,6 +194,8 @@ pub fn selector_string(s: &LabelSelector) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
     use taint_operator_crd::LabelSelectorRequirement;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

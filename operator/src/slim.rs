@@ -1,33 +1,20 @@
-//! What the node and pod watches decode.
+//! What the pod watches decode.
 //!
-//! A kubelet's Node carries managedFields, a few dozen images, capacity and node
-//! info; a Pod carries its whole spec. Decoding those into `Node`/`Pod` and trimming
-//! afterwards allocates all of it for every object of every list page, and that
-//! high-water mark stays in the process. These wrappers read only the fields the
-//! operator uses and skip the rest while parsing, so a full list of 5,000 nodes
-//! never exists in memory. The result is a plain `Node`/`Pod` holding just those
-//! fields, shaped exactly as `trim_node` leaves a node.
+//! A Pod carries its whole spec. Decoding that into `Pod` and trimming afterwards
+//! allocates all of it for every pod of every list page, and that high-water mark
+//! stays in the process. This wrapper reads only the fields the critical-pod check
+//! uses and skips the rest while parsing. (Nodes are decoded straight into the node
+//! cache's own type, see `node_cache`.)
 
 use std::{borrow::Cow, collections::BTreeMap};
 
 use k8s_openapi::{
-    api::core::v1::{
-        Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, Taint,
-    },
+    api::core::v1::{Pod, PodCondition, PodSpec, PodStatus},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
-use kube::{
-    Resource,
-    core::{ClusterResourceScope, NamespaceResourceScope},
-};
+use kube::{Resource, core::NamespaceResourceScope};
 use serde::{Deserialize, Deserializer};
-use taint_operator_crd::{
-    BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION,
-};
-
-/// A Node decoded with only what the caches keep.
-#[derive(Clone, Debug)]
-pub struct SlimNode(pub Node);
+use taint_operator_crd::POD_READY_ANNOTATION;
 
 /// A Pod decoded with only what the critical-pod check reads.
 #[derive(Clone, Debug)]
@@ -66,64 +53,6 @@ impl Meta {
             }),
             ..ObjectMeta::default()
         }
-    }
-}
-
-#[derive(Deserialize)]
-struct NodeWire {
-    metadata: Meta,
-    spec: Option<NodeSpecWire>,
-    status: Option<NodeStatusWire>,
-}
-
-#[derive(Deserialize)]
-struct NodeSpecWire {
-    taints: Option<Vec<Taint>>,
-}
-
-#[derive(Deserialize)]
-struct NodeStatusWire {
-    conditions: Option<Vec<NodeConditionWire>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NodeConditionWire {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-    reason: Option<String>,
-    last_transition_time: Option<Time>,
-}
-
-impl<'de> Deserialize<'de> for SlimNode {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let wire = NodeWire::deserialize(d)?;
-        let conditions = wire.status.and_then(|s| s.conditions).map(|cs| {
-            cs.into_iter()
-                .map(|c| NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    reason: c.reason,
-                    last_transition_time: c.last_transition_time,
-                    message: None,
-                    last_heartbeat_time: None,
-                })
-                .collect()
-        });
-        Ok(SlimNode(Node {
-            metadata: wire
-                .metadata
-                .into_object_meta(&[MANAGED_TAINTS_ANNOTATION, BOOTSTRAPPED_ANNOTATION]),
-            spec: Some(NodeSpec {
-                taints: wire.spec.and_then(|s| s.taints),
-                ..NodeSpec::default()
-            }),
-            status: Some(NodeStatus {
-                conditions,
-                ..NodeStatus::default()
-            }),
-        }))
     }
 }
 
@@ -209,7 +138,6 @@ macro_rules! same_resource_as {
     };
 }
 
-same_resource_as!(SlimNode, Node, ClusterResourceScope);
 same_resource_as!(SlimPod, Pod, NamespaceResourceScope);
 
 #[cfg(test)]
@@ -217,57 +145,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::trim::trim_node;
-
-    fn kubelet_node() -> serde_json::Value {
-        json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {
-                "name": "n1", "uid": "u1", "resourceVersion": "42",
-                "creationTimestamp": "2026-11-20T10:00:00Z",
-                "labels": {"zone": "a"},
-                "annotations": {
-                    "node.alpha.kubernetes.io/ttl": "0",
-                    MANAGED_TAINTS_ANNOTATION: "{\"p\":{\"uid\":\"x\",\"taints\":[\"k:NoSchedule\"]}}"
-                },
-                "managedFields": [{"manager": "kubelet", "operation": "Update",
-                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
-            },
-            "spec": {"podCIDR": "10.0.0.0/24",
-                "taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}]},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status",
-                    "lastHeartbeatTime": "2026-11-20T11:00:00Z",
-                    "lastTransitionTime": "2026-11-20T10:00:00Z"}],
-                "images": [{"names": ["registry/a:1"], "sizeBytes": 1}],
-                "capacity": {"cpu": "2"},
-                "nodeInfo": {"kubeletVersion": "v1.36.0", "architecture": "amd64",
-                    "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
-                    "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
-                    "osImage": "", "systemUUID": ""}
-            }
-        })
-    }
-
-    #[test]
-    fn a_slim_node_is_the_trimmed_node() {
-        let slim: SlimNode = serde_json::from_value(kubelet_node()).unwrap();
-        let mut full: Node = serde_json::from_value(kubelet_node()).unwrap();
-        trim_node(&mut full);
-        assert_eq!(slim.0, full);
-    }
-
-    #[test]
-    fn a_node_without_annotations_gets_no_annotation_map() {
-        let mut node = kubelet_node();
-        node["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("annotations");
-        let slim: SlimNode = serde_json::from_value(node).unwrap();
-        assert_eq!(slim.0.metadata.annotations, None);
-    }
 
     #[test]
     fn a_slim_pod_keeps_what_readiness_reads() {
@@ -300,8 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn slim_types_live_where_the_full_ones_do() {
-        assert_eq!(SlimNode::url_path(&(), None), "/api/v1/nodes");
+    fn slim_pods_live_where_pods_do() {
         assert_eq!(
             SlimPod::url_path(&(), Some("ns")),
             "/api/v1/namespaces/ns/pods"

@@ -29,9 +29,9 @@ use kube::{
 use taint_operator::{
     context::{CleanupGrace, Context},
     metrics::Metrics,
+    node_cache::CachedNode,
     pod_watch::PodWatches,
     policy_set::PolicySet,
-    trim::trim_node,
 };
 use taint_operator_crd::{
     ConditionMatcher, CriticalPod, FINALIZER, LabelSelector, MANAGED_TAINTS_ANNOTATION, Matcher,
@@ -381,14 +381,14 @@ impl PodBuilder {
 /// The operator's `Context` over a mocked API server, with the caches filled by hand.
 pub struct Harness {
     pub ctx: Arc<Context>,
-    nodes: Writer<Node>,
+    nodes: Writer<CachedNode>,
     policies: Writer<TaintPolicy>,
     _synced: watch::Sender<bool>,
     /// Nodes the operator asked the node controller to evaluate again.
-    pub changed_nodes: mpsc::UnboundedReceiver<ObjectRef<Node>>,
+    pub changed_nodes: mpsc::UnboundedReceiver<ObjectRef<CachedNode>>,
 }
 
-/// A context whose caches hold `policies` and `nodes` (trimmed, as the node
+/// A context whose caches hold `policies` and `nodes` (as the node
 /// watcher keeps them), whose policy set is compiled from `policies`, whose caches
 /// count as synced and whose clock says `NOW`; and the verifier that answers its
 /// requests, knowing the API server's (untrimmed) copy of every node.
@@ -414,7 +414,7 @@ pub fn harness_with_grace(
         http::Response<kube::client::Body>,
     >();
     let client = Client::new(service, "default");
-    let (node_store, node_writer) = reflector::store::<Node>();
+    let (node_store, node_writer) = reflector::store::<CachedNode>();
     let (policy_store, policy_writer) = reflector::store::<TaintPolicy>();
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
     let (synced_tx, synced_rx) = watch::channel(true);
@@ -448,10 +448,10 @@ pub fn harness_with_grace(
 }
 
 impl Harness {
-    /// Puts the node into the node cache, trimmed as the node watcher trims it.
-    pub fn put_node(&mut self, mut node: Node) {
-        trim_node(&mut node);
-        self.nodes.apply_watcher_event(&watcher::Event::Apply(node));
+    /// Puts the node into the node cache, kept as the node watcher keeps it.
+    pub fn put_node(&mut self, node: Node) {
+        self.nodes
+            .apply_watcher_event(&watcher::Event::Apply(CachedNode::from_node(&node)));
     }
 
     pub fn put_policy(&mut self, policy: TaintPolicy) {
@@ -468,7 +468,7 @@ impl Harness {
     }
 
     /// The cached node, as the node controller hands it to `reconcile_node`.
-    pub fn node(&self, name: &str) -> Arc<Node> {
+    pub fn node(&self, name: &str) -> Arc<CachedNode> {
         self.ctx
             .nodes
             .get(&ObjectRef::new(name))

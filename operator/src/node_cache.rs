@@ -1,0 +1,294 @@
+//! What the node cache keeps of a Node: the decision core's view of it, ready to
+//! evaluate, and what the node writer needs to patch it.
+//!
+//! A [`CachedNode`] is decoded straight from the API's JSON (watch events, list
+//! pages, patch answers), skipping everything else while parsing. Its labels and
+//! condition strings are interned (see `labels`), so 5,000 nodes share one copy of
+//! each key and value. A reconcile and the status writer read the view as it is:
+//! nothing is re-parsed or rebuilt per evaluation.
+
+use std::{borrow::Cow, collections::BTreeMap};
+
+use k8s_openapi::{
+    api::core::v1::{Node, Taint},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+};
+use kube::{Resource, core::ClusterResourceScope};
+use serde::{Deserialize, Deserializer};
+use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
+
+use crate::{
+    cluster::{NodeCondition, NodeView},
+    labels::{Labels, sym},
+    ownership::{Bootstrapped, ManagedTaints},
+};
+
+/// A node as the node cache keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedNode {
+    /// Name, uid and resourceVersion only: what the cache's keys, the write's
+    /// `test` and the events' object references read.
+    meta: ObjectMeta,
+    pub view: NodeView,
+    pub annotations: OurAnnotations,
+}
+
+/// The operator's two annotations as the node has them, verbatim: the writer
+/// compares them with what it would write. `any` says whether the node has an
+/// annotation map at all, which decides how the writer adds one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OurAnnotations {
+    pub any: bool,
+    pub managed: Option<Box<str>>,
+    pub bootstrapped: Option<Box<str>>,
+}
+
+impl OurAnnotations {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            MANAGED_TAINTS_ANNOTATION => self.managed.as_deref(),
+            BOOTSTRAPPED_ANNOTATION => self.bootstrapped.as_deref(),
+            _ => None,
+        }
+    }
+
+    fn from_map(map: Option<BTreeMap<String, String>>) -> Self {
+        let Some(mut map) = map else {
+            return OurAnnotations::default();
+        };
+        let mut take = |k: &str| map.remove(k).map(String::into_boxed_str);
+        OurAnnotations {
+            managed: take(MANAGED_TAINTS_ANNOTATION),
+            bootstrapped: take(BOOTSTRAPPED_ANNOTATION),
+            any: true,
+        }
+    }
+}
+
+impl CachedNode {
+    pub fn name(&self) -> &str {
+        &self.view.name
+    }
+
+    pub fn resource_version(&self) -> Option<&str> {
+        self.meta.resource_version.as_deref()
+    }
+
+    pub fn taints(&self) -> &[Taint] {
+        &self.view.taints
+    }
+
+    /// The cache's copy of a full Node (tests, and nodes from other sources).
+    pub fn from_node(node: &Node) -> Self {
+        let annotations = |key: &str| {
+            node.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .map(|v| Box::from(v.as_str()))
+        };
+        CachedNode {
+            meta: ObjectMeta {
+                name: node.metadata.name.clone(),
+                uid: node.metadata.uid.clone(),
+                resource_version: node.metadata.resource_version.clone(),
+                ..ObjectMeta::default()
+            },
+            view: NodeView::from_node(node),
+            annotations: OurAnnotations {
+                any: node.metadata.annotations.is_some(),
+                managed: annotations(MANAGED_TAINTS_ANNOTATION),
+                bootstrapped: annotations(BOOTSTRAPPED_ANNOTATION),
+            },
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct NodeWire {
+    metadata: MetaWire,
+    spec: Option<NodeSpecWire>,
+    status: Option<NodeStatusWire>,
+}
+
+#[derive(Deserialize)]
+struct NodeSpecWire {
+    taints: Option<Vec<Taint>>,
+}
+
+#[derive(Deserialize)]
+struct NodeStatusWire {
+    conditions: Option<Vec<NodeConditionWire>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeConditionWire {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: Option<String>,
+    last_transition_time: Option<Time>,
+}
+
+impl<'de> Deserialize<'de> for CachedNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let NodeWire {
+            metadata: m,
+            spec,
+            status,
+        } = NodeWire::deserialize(d)?;
+        let annotations = OurAnnotations::from_map(m.annotations);
+        let view = NodeView {
+            name: m.name.clone().unwrap_or_default(),
+            labels: Labels::from_map(m.labels.as_ref()),
+            taints: spec.and_then(|s| s.taints).unwrap_or_default(),
+            conditions: status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| NodeCondition {
+                    type_: sym(&c.type_),
+                    status: sym(&c.status),
+                    reason: sym(c.reason.as_deref().unwrap_or_default()),
+                    last_transition: c.last_transition_time.map(|t| t.0),
+                })
+                .collect(),
+            managed: ManagedTaints::parse(annotations.managed.as_deref()),
+            bootstrapped: Bootstrapped::parse(annotations.bootstrapped.as_deref()),
+        };
+        Ok(CachedNode {
+            meta: ObjectMeta {
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                ..ObjectMeta::default()
+            },
+            view,
+            annotations,
+        })
+    }
+}
+
+/// Lives where Nodes do: only the decoding differs.
+impl Resource for CachedNode {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Node::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Node::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Node::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Node::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn kubelet_node() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n1", "uid": "u1", "resourceVersion": "42",
+                "creationTimestamp": "2026-11-20T10:00:00Z",
+                "labels": {"zone": "a", "kubernetes.io/hostname": "n1"},
+                "annotations": {
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    MANAGED_TAINTS_ANNOTATION: "{\"k:NoSchedule\":\"p\"}",
+                    BOOTSTRAPPED_ANNOTATION: "{\"b\":\"uid-b@2026-11-20T10:00:00Z\"}"
+                },
+                "managedFields": [{"manager": "kubelet", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
+            },
+            "spec": {"podCIDR": "10.0.0.0/24",
+                "taints": [{"key": "k", "effect": "NoSchedule", "value": "v"}]},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": "2026-11-20T11:00:00Z",
+                    "lastTransitionTime": "2026-11-20T10:00:00Z"},
+                    {"type": "Custom", "status": "Unknown"}],
+                "images": [{"names": ["registry/a:1"], "sizeBytes": 1}],
+                "capacity": {"cpu": "2"},
+                "nodeInfo": {"kubeletVersion": "v1.36.0", "architecture": "amd64",
+                    "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                    "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                    "osImage": "", "systemUUID": ""}
+            }
+        })
+    }
+
+    #[test]
+    fn decoding_keeps_what_the_full_node_says() {
+        let cached: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
+        let full: Node = serde_json::from_value(kubelet_node()).unwrap();
+        assert_eq!(cached, CachedNode::from_node(&full));
+        assert_eq!(cached.view, NodeView::from_node(&full));
+        assert_eq!(cached.name(), "n1");
+        assert_eq!(cached.resource_version(), Some("42"));
+        assert_eq!(cached.meta().uid.as_deref(), Some("u1"));
+        assert_eq!(cached.taints().len(), 1);
+        assert_eq!(cached.view.managed.owner("k:NoSchedule"), Some("p"));
+        assert!(cached.view.bootstrapped.completed("b", "uid-b"));
+        assert!(cached.annotations.any);
+        assert_eq!(
+            cached.annotations.get(MANAGED_TAINTS_ANNOTATION),
+            Some("{\"k:NoSchedule\":\"p\"}")
+        );
+        assert_eq!(cached.annotations.get("node.alpha.kubernetes.io/ttl"), None);
+        assert_eq!(&*cached.view.conditions[1].reason, "");
+    }
+
+    #[test]
+    fn a_node_without_annotations_has_no_annotation_map() {
+        let mut node = kubelet_node();
+        node["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("annotations");
+        let cached: CachedNode = serde_json::from_value(node).unwrap();
+        assert_eq!(cached.annotations, OurAnnotations::default());
+        let mut other = kubelet_node();
+        other["metadata"]["annotations"] = json!({"x": "y"});
+        let cached: CachedNode = serde_json::from_value(other).unwrap();
+        assert!(cached.annotations.any);
+        assert_eq!(cached.annotations.managed, None);
+    }
+
+    #[test]
+    fn cached_nodes_live_where_nodes_do() {
+        let cached: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
+        assert_eq!(CachedNode::url_path(&(), None), "/api/v1/nodes");
+        let r = cached.object_ref(&());
+        assert_eq!(
+            r,
+            Node::object_ref(&serde_json::from_value(kubelet_node()).unwrap(), &())
+        );
+    }
+}
