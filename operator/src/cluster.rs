@@ -14,7 +14,7 @@ use taint_operator_crd::{
 };
 
 use crate::{
-    labels::{LabelMap, Labels, Sym, sym},
+    labels::{Labels, Sym, sym},
     ownership::{Bootstrapped, ManagedTaints},
 };
 

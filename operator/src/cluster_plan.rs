@@ -109,9 +109,8 @@ fn admit(
             let capped: Vec<usize> = (0..nodes.len())
                 .filter(|&n| verdict(n, i).capped())
                 .collect();
-            let (carrying, mut waiting): (Vec<usize>, Vec<usize>) = capped
-                .into_iter()
-                .partition(|&n| carries(set, i, &nodes[n]));
+            let (carrying, mut waiting): (Vec<usize>, Vec<usize>) =
+                capped.into_iter().partition(|&n| carries(set, i, nodes[n]));
             waiting.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
             let room = limit.saturating_sub(carrying.len());
             Some(
@@ -205,11 +204,11 @@ pub fn plan_cluster_refs(
     for n in waiting {
         let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
         let eval = Verdicts {
-            facts: &RefCell::new(NodeFacts::new(set, pods, &nodes[n])),
+            facts: &RefCell::new(NodeFacts::new(set, pods, nodes[n])),
             now,
             verdicts: &verdicts[n * width..(n + 1) * width],
         };
-        plans[n] = plan(&nodes[n], &eval, &admit);
+        plans[n] = plan(nodes[n], &eval, &admit);
         if let Some(planned) = &plans[n] {
             count_changes(set, planned, &mut tallies);
         }

@@ -66,6 +66,13 @@ impl Labels {
         )
     }
 
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -83,10 +90,7 @@ impl Labels {
 
 impl LabelMap for Labels {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .binary_search_by(|(k, _)| (**k).cmp(key))
-            .ok()
-            .map(|i| &*self.0[i].1)
+        Labels::get(self, key)
     }
 
     fn sorted(&self) -> impl Iterator<Item = (&str, &str)> {

@@ -53,7 +53,9 @@ pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<
     }
     let started = std::time::Instant::now();
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
-    let next_check = converge_node(&ctx, &set, (*node).clone()).await?;
+    // Boxed: a reconcile waiting for its slot then holds a pointer, not the whole
+    // write's state. Thousands of them wait during a fleet-wide change.
+    let next_check = Box::pin(converge_node(&ctx, &set, (*node).clone())).await?;
     ctx.metrics
         .reconcile_duration
         .get_or_create(&CONTROLLER)
