@@ -130,21 +130,6 @@ struct NamespacePods {
     pods: Vec<PodView>,
 }
 
-/// A pod as a critical-pod check reads it.
-#[derive(Debug, Clone, Copy)]
-pub struct CheckedPod<'a> {
-    pub pod: &'a PodView,
-    pub ready: bool,
-}
-
-impl<'a> CheckedPod<'a> {
-    /// The value of label `key`, if the pod has it. Label sets are interned, so the
-    /// pods of one DaemonSet share one set, which stays in the cache across nodes.
-    pub fn label(&self, key: &str) -> Option<&'a str> {
-        self.pod.labels.get(key)
-    }
-}
-
 impl NamespacePods {
     fn remove(&mut self, name: &str) {
         self.pods.retain(|p| p.name != name);
@@ -247,18 +232,14 @@ impl<'a> NodePods<'a> {
             .map_or(&[], |ns| ns.pods.as_slice())
     }
 
-    /// The pods of `namespace` as a critical-pod check reads them.
-    pub fn checked(self, namespace: Namespace<'_>) -> impl Iterator<Item = CheckedPod<'a>> {
+    /// The pods of `namespace`, found by pointer. Their label sets are interned: the
+    /// pods of one DaemonSet share one, which stays in the CPU cache across nodes.
+    pub fn checked(self, namespace: Namespace<'_>) -> impl Iterator<Item = &'a PodView> {
         self.0
             .iter()
             .find(|ns| Arc::ptr_eq(&ns.namespace, namespace.0))
             .into_iter()
-            .flat_map(|ns| {
-                ns.pods.iter().map(|pod| CheckedPod {
-                    pod,
-                    ready: pod.ready,
-                })
-            })
+            .flat_map(|ns| ns.pods.iter())
     }
 
     fn namespace(self, namespace: &str) -> Option<&'a NamespacePods> {
@@ -305,8 +286,11 @@ mod tests {
             .node(node)
             .checked(ns)
             .map(|c| {
-                let values = keys.iter().map(|k| c.label(k).map(String::from)).collect();
-                (c.pod.name.clone(), c.ready, values)
+                let values = keys
+                    .iter()
+                    .map(|k| c.labels.get(k).map(String::from))
+                    .collect();
+                (c.name.clone(), c.ready, values)
             })
             .collect()
     }

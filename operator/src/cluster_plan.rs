@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     cluster::{NodeView, PodIndex},
-    decision::{NodeEvaluation, NodeFacts, Verdict},
+    decision::{NodeFacts, Verdict},
     node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan},
     policy_set::PolicySet,
 };
@@ -79,17 +79,9 @@ impl ClusterPlan {
     }
 }
 
-/// Per policy, the nodes (by index) that may newly carry its matcher-triggered taints.
-/// Nodes already carrying them keep them; the rest are admitted by name until the cap.
-pub fn admissions(
-    set: &PolicySet,
-    nodes: &[&NodeView],
-    evals: &[NodeEvaluation],
-) -> Vec<Option<HashSet<usize>>> {
-    admit(set, nodes, |n, i| evals[n].policies[i].verdict())
-}
-
-/// [`admissions`] from the verdict of policy `i` on node `n`.
+/// Per policy, the nodes (by index) that may newly carry its matcher-triggered taints,
+/// from the verdict of policy `i` on node `n`. Nodes already carrying them keep them;
+/// the rest are admitted by name until the cap.
 fn admit(
     set: &PolicySet,
     nodes: &[&NodeView],
@@ -311,28 +303,6 @@ fn count_changes(set: &PolicySet, plan: &NodePlan, tallies: &mut [Tally]) {
             tally.unconverged += 1;
         }
     }
-}
-
-/// The status numbers and reason of policy `i`.
-pub fn summarize(
-    set: &PolicySet,
-    i: usize,
-    nodes: &[&NodeView],
-    evals: &[NodeEvaluation],
-    admitted: &Option<HashSet<usize>>,
-    plans: &[NodePlan],
-) -> PolicySummary {
-    let mut tallies: Vec<Tally> = (0..set.policies.len()).map(|_| Tally::default()).collect();
-    for plan in plans {
-        count_changes(set, plan, &mut tallies);
-    }
-    let mut tally = std::mem::take(&mut tallies[i]);
-    let has_cap = set.policies[i].tainted_limit(0).is_some();
-    for (n, (node, e)) in nodes.iter().zip(evals).enumerate() {
-        tally.count(set, i, n, node, e.policies[i].verdict(), has_cap);
-    }
-    tally.settle(nodes, admitted);
-    summary(set, i, tally)
 }
 
 /// The summary of policy `i` from its counts.

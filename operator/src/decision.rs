@@ -418,12 +418,11 @@ impl<'a> NodeFacts<'a> {
         let mut first: Option<&PodView> = None;
         let mut found = PodCheckResult::NoPod;
         let pods = namespace.into_iter().flat_map(|ns| self.pods.checked(ns));
-        for checked in pods {
-            if !c.selector.matches_by(|key| checked.label(key)) {
+        for p in pods {
+            if !c.selector.matches_by(|key| p.labels.get(key)) {
                 continue;
             }
-            let p = checked.pod;
-            if checked.ready {
+            if p.ready {
                 found = PodCheckResult::Ready;
                 break;
             }

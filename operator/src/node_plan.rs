@@ -127,23 +127,11 @@ pub fn plan_node(
     unknown: UnknownPolicies,
     now: Timestamp,
 ) -> NodePlan {
-    plan_evaluated(set, node, eval, admitted, unknown, now)
-}
-
-/// [`plan_node`] from any [`Evaluated`]: a full evaluation passes verdicts and builds
-/// reason words only for the policies a change or a note names.
-pub fn plan_evaluated(
-    set: &PolicySet,
-    node: &NodeView,
-    eval: &dyn Evaluated,
-    admitted: &dyn Fn(usize) -> bool,
-    unknown: UnknownPolicies,
-    now: Timestamp,
-) -> NodePlan {
     draft(set, node, eval, admitted, unknown, now).into_plan()
 }
 
-/// [`plan_evaluated`], or `None` when the plan leaves the node exactly as it is: the
+/// [`plan_node`] from any [`Evaluated`] (a full evaluation passes verdicts and builds
+/// reason words only for the policies a change or a note names), or `None` when the plan leaves the node exactly as it is: the
 /// same taints and annotations, and nothing added, removed, noted or completed.
 /// Such a plan is most nodes' on a resync, and costs no allocation this way.
 pub fn plan_change(
