@@ -11,16 +11,21 @@ use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Client,
     runtime::{
-        events::{Event, Recorder, Reporter},
+        events::{Event, Reporter},
         reflector::Store,
     },
 };
 use taint_operator_crd::{FIELD_MANAGER, TaintPolicy};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::{
-    cap_ledger::CapLedger, metrics::Metrics, node_cache::CachedNode, pod_cache::PodCache,
-    pod_watch::PodWatches, policy_set::PolicySet,
+    cap_ledger::CapLedger,
+    metrics::Metrics,
+    node_cache::CachedNode,
+    node_events::{self, EventQueue, WriteActivity},
+    pod_cache::PodCache,
+    pod_watch::PodWatches,
+    policy_set::PolicySet,
 };
 
 pub struct Context {
@@ -50,8 +55,10 @@ pub struct Context {
     pub recent_writes: Mutex<HashMap<String, (String, Arc<CachedNode>)>>,
     /// Node reconciles running at once; see `node_reconciler::reconcile_node`.
     pub reconcile_slots: tokio::sync::Semaphore,
+    /// Node reconciles pending: node events wait for them (see `node_events`).
+    pub node_writes: Arc<WriteActivity>,
     /// Node events on their way out; see `emit`.
-    events: mpsc::Sender<(Event, ObjectReference)>,
+    events: EventQueue,
 }
 
 /// How long a policy's cleanup waits for the policy watcher to see the deletion,
@@ -73,12 +80,6 @@ impl Default for CleanupGrace {
 
 pub const DEFAULT_RECONCILE_SLOTS: usize = 32;
 
-/// Events waiting to be published. A full queue drops events (with a warning)
-/// rather than slow down node writes.
-const EVENT_QUEUE: usize = 16384;
-/// Events published at once.
-const EVENTS_IN_FLIGHT: usize = 8;
-
 impl Context {
     pub fn new(
         client: Client,
@@ -93,10 +94,11 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: reporter_instance,
         };
-        let (events, queued) = mpsc::channel(EVENT_QUEUE);
-        tokio::spawn(publish_events(client.clone(), reporter.clone(), queued));
+        let node_writes = Arc::new(WriteActivity::default());
+        let events = EventQueue::start(client.clone(), reporter.clone(), node_writes.clone());
         Context {
             events,
+            node_writes,
             cleanup_grace: CleanupGrace::default(),
             recent_writes: Mutex::default(),
             reconcile_slots: tokio::sync::Semaphore::new(DEFAULT_RECONCILE_SLOTS),
@@ -125,33 +127,18 @@ impl Context {
         *self.policy_set.write().expect("policy set lock") = Arc::new(set);
     }
 
-    /// Publishes an event about `reference`, as its own Event object.
-    ///
-    /// kube's `Recorder` folds every event with the same type, reason and action about
-    /// an object into one series and keeps the note of the first: a node's second
-    /// `TaintAdded` (another taint, policy or reason) would only bump the count of the
-    /// first event and show the first one's policy and why. A fresh recorder per event
-    /// keeps every note.
+    /// Publishes an event about `reference` now; see `node_events::publish`.
     pub async fn publish(
         &self,
         event: &Event,
         reference: &ObjectReference,
     ) -> Result<(), kube::Error> {
-        publish(&self.client, &self.reporter, event, reference).await
+        node_events::publish(&self.client, &self.reporter, event, reference).await
     }
 
-    /// Queues an event for publishing without waiting for it: a reconcile's
-    /// latency and the API requests it makes in line stay those of its node write.
+    /// Queues a node event; it goes out once the node writes are done.
     pub fn emit(&self, event: Event, reference: ObjectReference) {
-        if let Err(mpsc::error::TrySendError::Full((event, reference))) =
-            self.events.try_send((event, reference))
-        {
-            tracing::warn!(
-                object = reference.name.as_deref().unwrap_or(""),
-                reason = %event.reason,
-                "event queue full; event dropped"
-            );
-        }
+        self.events.push(event, reference);
     }
 
     /// `cached`, or the node our own last write returned when the cache has not
@@ -203,37 +190,4 @@ impl Context {
         // The sender lives as long as the operator; if it is gone we are shutting down.
         let _ = rx.wait_for(|s| *s).await;
     }
-}
-
-async fn publish(
-    client: &Client,
-    reporter: &Reporter,
-    event: &Event,
-    reference: &ObjectReference,
-) -> Result<(), kube::Error> {
-    Recorder::new(client.clone(), reporter.clone())
-        .publish(event, reference)
-        .await
-}
-
-async fn publish_events(
-    client: Client,
-    reporter: Reporter,
-    queued: mpsc::Receiver<(Event, ObjectReference)>,
-) {
-    use futures::StreamExt;
-    tokio_stream::wrappers::ReceiverStream::new(queued)
-        .for_each_concurrent(EVENTS_IN_FLIGHT, |(event, reference)| {
-            let (client, reporter) = (&client, &reporter);
-            async move {
-                if let Err(e) = publish(client, reporter, &event, &reference).await {
-                    tracing::warn!(
-                        object = reference.name.as_deref().unwrap_or(""),
-                        error = %e,
-                        "could not publish event"
-                    );
-                }
-            }
-        })
-        .await;
 }

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod node_cache;
+pub mod node_events;
 pub mod node_plan;
 pub mod node_reconciler;
 pub mod node_writer;

@@ -35,14 +35,19 @@ const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 
 pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
+    // Only the key: thousands of reconciles wait here during a fleet-wide change,
+    // and each would otherwise keep a node version the cache has already replaced.
+    let key = ObjectRef::from_obj(&*node);
+    drop(node);
     ctx.wait_synced().await;
+    let _pending = ctx.node_writes.begin();
     let _slot = ctx
         .reconcile_slots
         .acquire()
         .await
         .expect("reconcile slots are never closed");
     // The node may have changed while this reconcile waited for its slot.
-    let Some(node) = ctx.nodes.get(&ObjectRef::from_obj(&*node)) else {
+    let Some(node) = ctx.nodes.get(&key) else {
         return Ok(Action::await_change());
     };
     let node = ctx.freshest(node);

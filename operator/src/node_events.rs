@@ -1,0 +1,237 @@
+//! Node events: queued by reconciles, published by one task after the node writes
+//! they explain.
+//!
+//! Every node write is explained by an event, and an event costs the API server
+//! about what a node write does (an etcd write). During a fleet-wide change the
+//! events would double the requests the writes compete with, so they wait until
+//! the writes are done: the publisher sends only once no node write has been
+//! pending for `QUIET`, or when an event has waited `MAX_DEFERRAL`, so a cluster
+//! that never goes quiet still gets its events.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{
+    Client,
+    runtime::events::{Event, Recorder, Reporter},
+};
+use tokio::{
+    sync::{Notify, mpsc},
+    time::Instant,
+};
+
+/// Events waiting to be published. A full queue drops events (with a warning)
+/// rather than slow down node writes.
+const QUEUE: usize = 16384;
+/// Events published at once.
+const IN_FLIGHT: usize = 8;
+/// How long node writes must have been idle before events go out.
+pub const QUIET: Duration = Duration::from_millis(500);
+/// The longest an event waits for the node writes to go quiet.
+pub const MAX_DEFERRAL: Duration = Duration::from_secs(60);
+
+/// Counts the node reconciles waiting for or holding a slot, so events can wait
+/// for them.
+#[derive(Default)]
+pub struct WriteActivity {
+    pending: AtomicUsize,
+    /// Bumped by every reconcile that starts: a quiet period is one in which this
+    /// did not move.
+    started: AtomicU64,
+    idle: Notify,
+}
+
+/// A pending node reconcile; dropping it ends it.
+pub struct PendingWrite<'a>(&'a WriteActivity);
+
+impl WriteActivity {
+    pub fn begin(&self) -> PendingWrite<'_> {
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        PendingWrite(self)
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Returns once no reconcile has been pending for `quiet`, or at `deadline`.
+    pub async fn wait_quiet(&self, quiet: Duration, deadline: Instant) {
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            // Registered before the check, so a reconcile ending in between still wakes us.
+            idle.as_mut().enable();
+            if self.pending() > 0 {
+                tokio::select! {
+                    _ = idle => continue,
+                    _ = tokio::time::sleep_until(deadline) => return,
+                }
+            }
+            let started = self.started.load(Ordering::Acquire);
+            tokio::time::sleep_until((now + quiet).min(deadline)).await;
+            if self.pending() == 0 && self.started.load(Ordering::Acquire) == started {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for PendingWrite<'_> {
+    fn drop(&mut self) {
+        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+struct Queued {
+    event: Event,
+    about: ObjectReference,
+    since: Instant,
+}
+
+/// The reconciles' end of the queue.
+pub struct EventQueue(mpsc::Sender<Queued>);
+
+impl EventQueue {
+    /// Starts the publisher task.
+    pub fn start(client: Client, reporter: Reporter, writes: Arc<WriteActivity>) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(publish_queued(client, reporter, writes, rx));
+        EventQueue(tx)
+    }
+
+    /// Queues an event without waiting for it: a reconcile's latency and the API
+    /// requests it makes in line stay those of its node write.
+    pub fn push(&self, event: Event, about: ObjectReference) {
+        let queued = Queued {
+            event,
+            about,
+            since: Instant::now(),
+        };
+        if let Err(mpsc::error::TrySendError::Full(q)) = self.0.try_send(queued) {
+            tracing::warn!(
+                object = q.about.name.as_deref().unwrap_or(""),
+                reason = %q.event.reason,
+                "event queue full; event dropped"
+            );
+        }
+    }
+}
+
+/// Publishes an event about `about`, as its own Event object.
+///
+/// kube's `Recorder` folds every event with the same type, reason and action about
+/// an object into one series and keeps the note of the first: a node's second
+/// `TaintAdded` (another taint, policy or reason) would only bump the count of the
+/// first event and show the first one's policy and why. A fresh recorder per event
+/// keeps every note.
+pub async fn publish(
+    client: &Client,
+    reporter: &Reporter,
+    event: &Event,
+    about: &ObjectReference,
+) -> Result<(), kube::Error> {
+    Recorder::new(client.clone(), reporter.clone())
+        .publish(event, about)
+        .await
+}
+
+async fn publish_queued(
+    client: Client,
+    reporter: Reporter,
+    writes: Arc<WriteActivity>,
+    queued: mpsc::Receiver<Queued>,
+) {
+    use futures::StreamExt;
+    tokio_stream::wrappers::ReceiverStream::new(queued)
+        .for_each_concurrent(IN_FLIGHT, |q| {
+            let (client, reporter, writes) = (&client, &reporter, &writes);
+            async move {
+                writes.wait_quiet(QUIET, q.since + MAX_DEFERRAL).await;
+                if let Err(e) = publish(client, reporter, &q.event, &q.about).await {
+                    tracing::warn!(
+                        object = q.about.name.as_deref().unwrap_or(""),
+                        error = %e,
+                        "could not publish event"
+                    );
+                }
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_writes_let_events_go_after_the_quiet_period() {
+        let writes = WriteActivity::default();
+        let start = Instant::now();
+        writes
+            .wait_quiet(QUIET, start + Duration::from_secs(60))
+            .await;
+        assert_eq!(start.elapsed(), QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_wait_until_the_last_pending_write_ends() {
+        let writes = Arc::new(WriteActivity::default());
+        let start = Instant::now();
+        let (a, b) = (writes.clone(), writes.clone());
+        tokio::spawn(async move {
+            let _w = a.begin();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        });
+        tokio::spawn(async move {
+            let _w = b.begin();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(writes.pending(), 2);
+        writes
+            .wait_quiet(QUIET, start + Duration::from_secs(60))
+            .await;
+        assert_eq!(start.elapsed(), Duration::from_secs(5) + QUIET);
+        assert_eq!(writes.pending(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_starting_within_the_quiet_period_restarts_it() {
+        let writes = Arc::new(WriteActivity::default());
+        let start = Instant::now();
+        let w = writes.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            // Begins and ends within the quiet period: pending is 0 again at its end.
+            drop(w.begin());
+        });
+        writes
+            .wait_quiet(QUIET, start + Duration::from_secs(60))
+            .await;
+        assert_eq!(start.elapsed(), QUIET * 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_that_never_goes_quiet_still_gets_its_events() {
+        let writes = Arc::new(WriteActivity::default());
+        let _forever = writes.begin();
+        let start = Instant::now();
+        writes
+            .wait_quiet(QUIET, start + Duration::from_secs(60))
+            .await;
+        assert_eq!(start.elapsed(), Duration::from_secs(60));
+    }
+}
