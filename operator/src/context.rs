@@ -53,9 +53,7 @@ pub struct Context {
     /// write returned), until the node watch delivers anything newer. A reconcile
     /// that runs before then would plan on the replaced node and lose a conflict.
     pub recent_writes: Mutex<HashMap<String, (String, Arc<CachedNode>)>>,
-    /// Node reconciles running at once; see `node_reconciler::reconcile_node`.
-    pub reconcile_slots: tokio::sync::Semaphore,
-    /// Node reconciles pending: node events wait for them (see `node_events`).
+    /// Nodes queued for or in a reconcile: node events wait for them (see `node_events`).
     pub node_writes: Arc<WriteActivity>,
     /// Node events on their way out; see `emit`.
     events: EventQueue,
@@ -78,8 +76,6 @@ impl Default for CleanupGrace {
     }
 }
 
-pub const DEFAULT_RECONCILE_SLOTS: usize = 32;
-
 impl Context {
     pub fn new(
         client: Client,
@@ -101,7 +97,6 @@ impl Context {
             node_writes,
             cleanup_grace: CleanupGrace::default(),
             recent_writes: Mutex::default(),
-            reconcile_slots: tokio::sync::Semaphore::new(DEFAULT_RECONCILE_SLOTS),
             reporter,
             client,
             nodes,

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod node_cache;
 pub mod node_events;
 pub mod node_plan;
+pub mod node_queue;
 pub mod node_reconciler;
 pub mod node_writer;
 pub mod ownership;

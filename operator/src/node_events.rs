@@ -36,8 +36,8 @@ pub const QUIET: Duration = Duration::from_millis(500);
 /// The longest an event waits for the node writes to go quiet.
 pub const MAX_DEFERRAL: Duration = Duration::from_secs(60);
 
-/// Counts the node reconciles waiting for or holding a slot, so events can wait
-/// for them.
+/// Counts the nodes queued for or in a reconcile (kept by `node_queue`), so
+/// events can wait for them.
 #[derive(Default)]
 pub struct WriteActivity {
     pending: AtomicUsize,
@@ -47,14 +47,22 @@ pub struct WriteActivity {
     idle: Notify,
 }
 
-/// A pending node reconcile; dropping it ends it.
-pub struct PendingWrite<'a>(&'a WriteActivity);
-
 impl WriteActivity {
-    pub fn begin(&self) -> PendingWrite<'_> {
-        self.started.fetch_add(1, Ordering::AcqRel);
+    /// A node is queued for a reconcile.
+    pub fn begin(&self) {
         self.pending.fetch_add(1, Ordering::AcqRel);
-        PendingWrite(self)
+    }
+
+    /// A queued node's reconcile starts.
+    pub fn started(&self) {
+        self.started.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A node's reconcile ended and it is not queued again.
+    pub fn end(&self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
     }
 
     pub fn pending(&self) -> usize {
@@ -83,14 +91,6 @@ impl WriteActivity {
             if self.pending() == 0 && self.started.load(Ordering::Acquire) == started {
                 return;
             }
-        }
-    }
-}
-
-impl Drop for PendingWrite<'_> {
-    fn drop(&mut self) {
-        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
         }
     }
 }
@@ -192,12 +192,14 @@ mod tests {
         let start = Instant::now();
         let (a, b) = (writes.clone(), writes.clone());
         tokio::spawn(async move {
-            let _w = a.begin();
+            a.begin();
             tokio::time::sleep(Duration::from_secs(3)).await;
+            a.end();
         });
         tokio::spawn(async move {
-            let _w = b.begin();
+            b.begin();
             tokio::time::sleep(Duration::from_secs(5)).await;
+            b.end();
         });
         tokio::task::yield_now().await;
         assert_eq!(writes.pending(), 2);
@@ -215,8 +217,10 @@ mod tests {
         let w = writes.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            // Begins and ends within the quiet period: pending is 0 again at its end.
-            drop(w.begin());
+            // Starts and ends within the quiet period: pending is 0 again at its end.
+            w.begin();
+            w.started();
+            w.end();
         });
         writes
             .wait_quiet(QUIET, start + Duration::from_secs(60))
@@ -227,7 +231,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_cluster_that_never_goes_quiet_still_gets_its_events() {
         let writes = Arc::new(WriteActivity::default());
-        let _forever = writes.begin();
+        writes.begin();
         let start = Instant::now();
         writes
             .wait_quiet(QUIET, start + Duration::from_secs(60))

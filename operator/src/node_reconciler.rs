@@ -11,7 +11,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource,
     runtime::{
-        controller::Action,
         events::{Event, EventType},
         reflector::ObjectRef,
     },
@@ -24,6 +23,7 @@ use crate::{
     metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
     node_cache::CachedNode,
     node_plan::{NodePlan, TaintChange, UnknownPolicies, plan_node},
+    node_queue::Next,
     node_writer::write_node,
     policy_set::PolicySet,
 };
@@ -34,46 +34,42 @@ const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 /// wakes it when another node heals and frees a place.
 pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 
-pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Action> {
-    // Only the key: thousands of reconciles wait here during a fleet-wide change,
-    // and each would otherwise keep a node version the cache has already replaced.
-    let key = ObjectRef::from_obj(&*node);
-    drop(node);
-    ctx.wait_synced().await;
-    let _pending = ctx.node_writes.begin();
-    let _slot = ctx
-        .reconcile_slots
-        .acquire()
-        .await
-        .expect("reconcile slots are never closed");
-    // The node may have changed while this reconcile waited for its slot.
-    let Some(node) = ctx.nodes.get(&key) else {
-        return Ok(Action::await_change());
+/// The node queue's reconcile: the node as the cache has it when a worker takes it.
+pub async fn reconcile_named(name: String, ctx: Arc<Context>) -> Next {
+    // Deleted since it was queued: nothing to do.
+    let Some(node) = ctx.nodes.get(&ObjectRef::new(&name)) else {
+        return Next::AwaitChange;
     };
+    match reconcile_node(node, ctx.clone()).await {
+        Ok(next) => next,
+        Err(e) => error_policy(&name, &e, &ctx),
+    }
+}
+
+pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Next> {
+    ctx.wait_synced().await;
     let node = ctx.freshest(node);
     let set = ctx.policy_set();
     if !ctx.pod_watches.synced_for(&set) {
         // A policy was just added and its critical pods are still being listed.
-        return Ok(Action::requeue(Duration::from_millis(200)));
+        return Ok(Next::After(Duration::from_millis(200)));
     }
     let started = std::time::Instant::now();
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
-    // Boxed: a reconcile waiting for its slot then holds a pointer, not the whole
-    // write's state. Thousands of them wait during a fleet-wide change.
-    let next_check = Box::pin(converge_node(&ctx, &set, (*node).clone())).await?;
+    let next_check = converge_node(&ctx, &set, (*node).clone()).await?;
     ctx.metrics
         .reconcile_duration
         .get_or_create(&CONTROLLER)
         .observe(started.elapsed().as_secs_f64());
     ctx.status_refresh.notify_one();
     Ok(match next_check {
-        Some(at) => Action::requeue(until(at, (ctx.clock)())),
-        None => Action::await_change(),
+        Some(at) => Next::After(until(at, (ctx.clock)())),
+        None => Next::AwaitChange,
     })
 }
 
-pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(node = node.name(), error = %error, "node reconcile failed");
+pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
+    tracing::warn!(node, error = %error, "node reconcile failed");
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
@@ -81,8 +77,11 @@ pub fn error_policy(node: Arc<CachedNode>, error: &Error, ctx: Arc<Context>) -> 
             category: error.category(),
         })
         .inc();
-    Action::requeue(Duration::from_secs(2))
+    Next::After(ERROR_RETRY)
 }
+
+/// A failed reconcile is retried after this long.
+pub const ERROR_RETRY: Duration = Duration::from_secs(2);
 
 /// Brings one node in line with `set`: at most one successful write. Returns when
 /// the node must be evaluated again: a `for` window ends, or `maxTaintedNodes`

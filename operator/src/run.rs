@@ -11,20 +11,18 @@ use kube::{
     client::ClientBuilder,
     runtime::{
         Controller, WatchStreamExt,
-        controller::Config as ControllerConfig,
         reflector::{self, ObjectRef, store::Writer},
         watcher::{self, Event},
     },
 };
 use taint_operator_crd::TaintPolicy;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::instrument::WithSubscriber;
 
 use crate::{
     api_metrics::ApiMetricsLayer, context::Context, http, leader::LeaderElector, metrics::Metrics,
-    node_cache::CachedNode, node_reconciler, pod_watch::PodWatches, policy_reconciler,
-    policy_set::PolicySet, policy_status,
+    node_cache::CachedNode, node_queue::NodeQueue, node_reconciler, pod_watch::PodWatches,
+    policy_reconciler, policy_set::PolicySet, policy_status,
 };
 
 pub struct RunConfig {
@@ -163,7 +161,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let (node_reader, node_writer) = reflector::store::<CachedNode>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
     let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone());
-    let mut ctx = Context::new(
+    let ctx = Arc::new(Context::new(
         client.clone(),
         node_reader.clone(),
         policy_reader.clone(),
@@ -171,9 +169,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         metrics.clone(),
         synced_rx.clone(),
         Some(cfg.identity.clone()),
-    );
-    ctx.reconcile_slots = tokio::sync::Semaphore::new(cfg.concurrency.into());
-    let ctx = Arc::new(ctx);
+    ));
 
     // Every replica serves health, metrics and (when enabled) the webhook.
     let listener = http::bind(cfg.metrics_addr)
@@ -216,9 +212,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         }
     }
 
-    // The node reflector runs in its own task: the controller holds its runner until
-    // the store is ready, and would otherwise not poll the very stream that fills it.
-    // It hands the controller node names, not nodes: a queue of 5,000 node copies
+    // The node reflector hands the node queue names, not nodes: 5,000 node copies
     // waiting for the caches to sync would be the operator's peak memory.
     tokio::spawn(drive_nodes(
         ctx.clone(),
@@ -229,25 +223,34 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
     tokio::spawn(policy_status::run_status_writer(ctx.clone()));
 
-    let nodes = Controller::for_stream(
-        futures::stream::pending::<Result<CachedNode, watcher::Error>>(),
-        node_reader,
-    )
-    // No limit here: the controller's scheduler queues what it cannot start yet in a
-    // timer wheel that hands back already-due entries last in, first out, so under a
-    // fleet-wide change some early nodes waited for the whole burst (p99 latency 8x
-    // the baseline's at 5,000 nodes). Every reconcile starts at once and waits for
-    // one of the FIFO `reconcile_slots` (--concurrency) instead.
-    .with_config(ControllerConfig::default().concurrency(0))
-    .reconcile_all_on(UnboundedReceiverStream::new(all_nodes_rx))
-    .reconcile_on(UnboundedReceiverStream::new(changed_nodes_rx))
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        node_reconciler::reconcile_node,
-        node_reconciler::error_policy,
+    let queue = NodeQueue::new(ctx.node_writes.clone());
+    tokio::spawn(feed_node_queue(
         ctx.clone(),
-    )
-    .for_each(|_| future::ready(()));
+        queue.clone(),
+        changed_nodes_rx,
+        all_nodes_rx,
+    ));
+    let nodes = {
+        let ctx = ctx.clone();
+        let queue = queue.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                _ = ctx.wait_synced() => {}
+                _ = shutdown.clone() => return,
+            }
+            let closer = queue.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                closer.close();
+            });
+            queue
+                .run(cfg.concurrency.into(), move |name| {
+                    node_reconciler::reconcile_named(name, ctx.clone())
+                })
+                .await;
+        }
+    };
     let policies = Controller::new(
         Api::<TaintPolicy>::all(client.clone()),
         watcher::Config::default(),
@@ -290,7 +293,27 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     Ok(())
 }
 
-/// Fills the node cache, names every touched node to the controller, and records
+/// Queues the nodes the watches name, and every cached node when the policies change.
+async fn feed_node_queue(
+    ctx: Arc<Context>,
+    queue: Arc<NodeQueue>,
+    mut changed: mpsc::UnboundedReceiver<ObjectRef<CachedNode>>,
+    mut all: mpsc::UnboundedReceiver<()>,
+) {
+    loop {
+        tokio::select! {
+            Some(node) = changed.recv() => queue.touch(&node.name),
+            Some(()) = all.recv() => {
+                for node in ctx.nodes.state() {
+                    queue.touch(node.name());
+                }
+            }
+            else => return,
+        }
+    }
+}
+
+/// Fills the node cache, names every touched node to the node queue, and records
 /// when the first full list is in.
 async fn drive_nodes(
     ctx: Arc<Context>,
@@ -406,7 +429,7 @@ async fn watch_policies(
 
 /// Opens the gate once policies, nodes and every needed pod watch have listed.
 /// (It reads flags set by our own watch tasks rather than awaiting the stores:
-/// a store's readiness wakes only one waiter, and the controller is already one.)
+/// a store's readiness wakes only one waiter.)
 async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
     use std::sync::atomic::Ordering::Acquire;
     while !(ctx.policies_synced.load(Acquire)

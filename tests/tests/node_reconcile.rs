@@ -5,12 +5,12 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use support::{
     harness, node, pod, policy, scenario,
     verifier::{assert_event, conflict, node_invalid, patch_not_applied, test_failed},
 };
+use taint_operator::node_queue::Next;
 use taint_operator::{
     node_reconciler::{HELD_BACK_RECHECK, reconcile_node},
     node_writer::MAX_ATTEMPTS,
@@ -95,7 +95,7 @@ async fn add_one_patch_with_foreign_taints_kept_then_an_event() {
         |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
     )
     .await;
-    assert_eq!(action, Action::await_change());
+    assert_eq!(action, Next::AwaitChange);
     assert_eq!(metrics.node_writes.get(), 1);
     assert_eq!(metrics.node_write_conflicts.get(), 0);
 }
@@ -430,7 +430,7 @@ async fn converged_nodes_get_no_request_at_all() {
         },
     )
     .await;
-    assert!(actions.iter().all(|a| *a == Action::await_change()));
+    assert!(actions.iter().all(|a| *a == Next::AwaitChange));
     assert_eq!(metrics.node_writes.get(), 0);
 }
 
@@ -450,7 +450,7 @@ async fn a_for_window_still_running_writes_nothing_and_comes_back_when_it_ends()
     .await;
     assert_eq!(
         action,
-        Action::requeue(Duration::from_secs(30 * 60) + Duration::from_millis(5))
+        Next::After(Duration::from_secs(30 * 60) + Duration::from_millis(5))
     );
 }
 
@@ -496,10 +496,10 @@ async fn max_tainted_nodes_taints_the_first_node_and_holds_the_second() {
         },
     )
     .await;
-    assert_eq!(first, Action::await_change());
+    assert_eq!(first, Next::AwaitChange);
     // n2 waits, and is looked at again in a while: nothing else would wake it
     // when n1 heals and frees the place.
-    let recheck = Action::requeue(HELD_BACK_RECHECK + Duration::from_millis(5));
+    let recheck = Next::After(HELD_BACK_RECHECK + Duration::from_millis(5));
     assert_eq!(second, recheck);
     assert_eq!(again, recheck);
 }
@@ -569,7 +569,7 @@ async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
     .await;
     assert_eq!(
         held,
-        Action::requeue(HELD_BACK_RECHECK + Duration::from_millis(5))
+        Next::After(HELD_BACK_RECHECK + Duration::from_millis(5))
     );
     assert_eq!(woken, "n2");
 }
@@ -589,7 +589,7 @@ async fn readiness_policies_wait_for_their_pod_watches_before_writing() {
         |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
     )
     .await;
-    assert_eq!(action, Action::requeue(Duration::from_millis(200)));
+    assert_eq!(action, Next::After(Duration::from_millis(200)));
 }
 
 #[tokio::test]
@@ -694,7 +694,7 @@ async fn max_tainted_nodes_counts_nodes_already_tainted_before_a_restart() {
     // Held back: it comes back to see whether room has freed up.
     assert_eq!(
         action,
-        Action::requeue(HELD_BACK_RECHECK + Duration::from_millis(5))
+        Next::After(HELD_BACK_RECHECK + Duration::from_millis(5))
     );
 }
 

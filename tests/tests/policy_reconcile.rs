@@ -655,7 +655,7 @@ async fn a_dry_run_touches_no_node_and_reports_what_it_would_do() {
         |h| async move {
             for n in ["n1", "n2"] {
                 let action = reconcile_node(h.node(n), h.ctx.clone()).await.unwrap();
-                assert_eq!(action, Action::await_change());
+                assert_eq!(action, taint_operator::node_queue::Next::AwaitChange);
             }
             refresh_all(&h.ctx).await.unwrap();
         },
