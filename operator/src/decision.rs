@@ -391,10 +391,11 @@ impl<'a> NodeFacts<'a> {
                 PodCheckResult::NoPod => {
                     failed.add(|| format!("critical pod {} has no pod on the node", cp.name))
                 }
+                // Found in the check's namespace: the index keeps no copy of it per pod.
                 PodCheckResult::NotReady(p) => failed.add(|| {
                     format!(
                         "critical pod {} is not Ready ({}/{})",
-                        cp.name, p.namespace, p.name
+                        cp.name, cp.namespace, p.name
                     )
                 }),
             };

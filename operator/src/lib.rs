@@ -36,4 +36,5 @@ pub mod selector;
 pub mod short_str;
 pub mod slim;
 pub mod telemetry;
+pub mod thin_str;
 pub mod webhook;

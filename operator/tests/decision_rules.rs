@@ -528,6 +528,7 @@ fn pod_index_keeps_one_entry_per_pod_and_forgets_removed_pods() {
     let mut index = PodIndex::from_pods(&[istio().on("n1").not_ready().build()]);
     index.insert(
         "n1",
+        "kube-system",
         taint_operator::cluster::PodView::from_pod(&istio().on("n1").ready().build()),
     );
     assert_eq!(index.pods("n1", "kube-system").len(), 1);
