@@ -104,11 +104,14 @@ fn policy_reason(set: &PolicySet, eval: &dyn Evaluated, i: usize) -> String {
     reason
 }
 
-/// True when the node carries one of policy `i`'s taints, owned by it.
+/// True when the node carries one of policy `i`'s taints, owned by it, that it
+/// keeps: a taint an older policy also declares passes to that policy with the
+/// node's next write, so it does not count (in a cap or a status) for this one.
 pub fn carries(set: &PolicySet, i: usize, node: &NodeView) -> bool {
     let p = &set.policies[i];
     p.taints.iter().zip(&p.ids).any(|(t, id)| {
         node.managed.owner(id) == Some(p.name.as_str())
+            && set.owner_of(id).is_none_or(|owner| owner == i)
             && node
                 .taints
                 .iter()
