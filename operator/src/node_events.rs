@@ -10,8 +10,8 @@
 
 use std::{
     sync::{
-        Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -38,13 +38,21 @@ pub const MAX_DEFERRAL: Duration = Duration::from_secs(60);
 
 /// Counts the nodes queued for or in a reconcile (kept by `node_queue`), so
 /// events can wait for them.
-#[derive(Default)]
 pub struct WriteActivity {
     pending: AtomicUsize,
-    /// Bumped by every reconcile that starts: a quiet period is one in which this
-    /// did not move.
-    started: AtomicU64,
+    /// When `pending` last fell to 0.
+    idle_since: Mutex<Instant>,
     idle: Notify,
+}
+
+impl Default for WriteActivity {
+    fn default() -> Self {
+        WriteActivity {
+            pending: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            idle: Notify::new(),
+        }
+    }
 }
 
 impl WriteActivity {
@@ -53,14 +61,13 @@ impl WriteActivity {
         self.pending.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A queued node's reconcile starts.
-    pub fn started(&self) {
-        self.started.fetch_add(1, Ordering::AcqRel);
-    }
-
     /// A node's reconcile ended and it is not queued again.
     pub fn end(&self) {
+        // Under the lock, so a waiter never reads a quiet period that has not begun.
+        let mut since = self.idle_since.lock().expect("idle lock");
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *since = Instant::now();
+            drop(since);
             self.idle.notify_waiters();
         }
     }
@@ -69,27 +76,31 @@ impl WriteActivity {
         self.pending.load(Ordering::Acquire)
     }
 
-    /// Returns once no reconcile has been pending for `quiet`, or at `deadline`.
+    /// Returns once no reconcile has been pending for `quiet`, or at `deadline`: at
+    /// once when the writes have been quiet that long already.
     pub async fn wait_quiet(&self, quiet: Duration, deadline: Instant) {
         loop {
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 return;
             }
             let idle = self.idle.notified();
             tokio::pin!(idle);
             // Registered before the check, so a reconcile ending in between still wakes us.
             idle.as_mut().enable();
-            if self.pending() > 0 {
-                tokio::select! {
-                    _ = idle => continue,
-                    _ = tokio::time::sleep_until(deadline) => return,
+            let quiet_from = {
+                let since = self.idle_since.lock().expect("idle lock");
+                (self.pending() == 0).then_some(*since + quiet)
+            };
+            match quiet_from {
+                Some(at) if Instant::now() >= at => return,
+                // Then look again: a write may have come and gone meanwhile.
+                Some(at) => tokio::time::sleep_until(at.min(deadline)).await,
+                None => {
+                    tokio::select! {
+                        _ = idle => {}
+                        _ = tokio::time::sleep_until(deadline) => return,
+                    }
                 }
-            }
-            let started = self.started.load(Ordering::Acquire);
-            tokio::time::sleep_until((now + quiet).min(deadline)).await;
-            if self.pending() == 0 && self.started.load(Ordering::Acquire) == started {
-                return;
             }
         }
     }
@@ -217,15 +228,26 @@ mod tests {
         let w = writes.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            // Starts and ends within the quiet period: pending is 0 again at its end.
+            // Starts and ends within the quiet period: the period starts again at its end.
             w.begin();
-            w.started();
             w.end();
         });
         writes
             .wait_quiet(QUIET, start + Duration::from_secs(60))
             .await;
-        assert_eq!(start.elapsed(), QUIET * 2);
+        assert_eq!(start.elapsed(), Duration::from_millis(200) + QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn once_the_writes_are_quiet_every_event_goes_at_once() {
+        let writes = WriteActivity::default();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        writes.wait_quiet(QUIET, deadline).await;
+        let quiet = Instant::now();
+        for _ in 0..100 {
+            writes.wait_quiet(QUIET, deadline).await;
+        }
+        assert_eq!(quiet.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

@@ -158,7 +158,6 @@ impl NodeQueue {
                     state
                         .slots
                         .insert(name.clone(), Slot::Running { again: false });
-                    self.writes.started();
                     let more = !state.due.is_empty();
                     drop(state);
                     if more {
