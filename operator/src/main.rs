@@ -108,6 +108,7 @@ fn run_command(args: RunArgs) -> ExitCode {
         identity,
         concurrency: args.concurrency,
     };
+    taint_operator::memory::use_one_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -5,6 +5,21 @@
 //! first list of every node and pod and each status computation over every node,
 //! would otherwise leave its RSS near their peak for good.
 
+/// One malloc arena for the whole process, set before any thread starts.
+///
+/// glibc gives threads that contend for the main arena arenas of their own (up to
+/// eight per core), each keeping its own free memory. Measured at 5,000 nodes over
+/// a fleet-wide taint and untaint: 1.5 MiB less settled RSS and 5 MiB less peak with
+/// one arena. Most small allocations never take the arena lock (glibc's per-thread
+/// cache serves them), and the operator has two worker threads.
+pub fn use_one_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Returns free heap pages to the OS. Cheap enough to call after every large
 /// transient allocation (it walks the free lists, a few milliseconds at most).
 pub fn release_free_memory() {
