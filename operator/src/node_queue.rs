@@ -196,8 +196,9 @@ impl NodeQueue {
                 }
             }
         }
-        if state.slots.is_empty() {
-            // Burst over: give back the tables' peak capacity.
+        if state.slots.is_empty() && state.slots.capacity() > KEEP_CAPACITY {
+            // Burst over: give back the tables' peak capacity (but not after every
+            // single reconcile of a quiet cluster, which would free and regrow them).
             state.slots.shrink_to_fit();
             state.due.shrink_to_fit();
         }
@@ -249,6 +250,9 @@ impl NodeQueue {
     }
 }
 
+/// Table capacity kept when the queue drains.
+const KEEP_CAPACITY: usize = 64;
+
 /// A reconcile that panicked is retried after this long, like a failed one.
 const PANIC_RETRY: Duration = Duration::from_secs(2);
 
@@ -298,13 +302,12 @@ mod tests {
         (log, run)
     }
 
+    fn starts(log: &Log) -> Vec<(String, Duration)> {
+        log.started.lock().unwrap().clone()
+    }
+
     fn names(log: &Log) -> Vec<String> {
-        log.started
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(n, _)| n.clone())
-            .collect()
+        starts(log).into_iter().map(|(n, _)| n).collect()
     }
 
     async fn settle() {
@@ -343,7 +346,7 @@ mod tests {
         q.touch("a");
         q.touch("a");
         settle().await;
-        let started = log.started.lock().unwrap().clone();
+        let started = starts(&log);
         assert_eq!(
             started,
             [
@@ -364,7 +367,7 @@ mod tests {
             _ => Next::After(Duration::from_secs(10)),
         });
         tokio::time::sleep(Duration::from_secs(45)).await;
-        let started = log.started.lock().unwrap().clone();
+        let started = starts(&log);
         let at = |s: u64| Duration::from_secs(s);
         assert_eq!(
             started,
@@ -396,7 +399,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         q.touch("a");
         settle().await;
-        let started = log.started.lock().unwrap().clone();
+        let started = starts(&log);
         assert_eq!(
             started,
             [

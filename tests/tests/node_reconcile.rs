@@ -12,7 +12,7 @@ use support::{
 };
 use taint_operator::node_queue::Next;
 use taint_operator::{
-    node_reconciler::{HELD_BACK_RECHECK, reconcile_node},
+    node_reconciler::{HELD_BACK_RECHECK, reconcile_named, reconcile_node},
     node_writer::MAX_ATTEMPTS,
 };
 use taint_operator_crd::{TaintEffect, TaintPolicy};
@@ -50,6 +50,22 @@ const ADDED_NOTE: &str = "policy nic-broken added example.com/nic-broken=true:No
 
 fn node_ref(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "name": name, "uid": format!("uid-{name}")})
+}
+
+#[tokio::test]
+async fn a_node_deleted_before_its_turn_is_skipped_without_a_request() {
+    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    let metrics = h.metrics();
+    let next = scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move { reconcile_named("gone".into(), h.ctx.clone()).await },
+    )
+    .await;
+    assert_eq!(next, Next::AwaitChange);
+    assert_eq!(metrics.node_writes.get(), 0);
 }
 
 #[tokio::test]
