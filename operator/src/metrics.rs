@@ -39,6 +39,10 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     pub node_writes: Counter,
     pub node_write_conflicts: Counter,
+    /// One node patch, request to answer.
+    pub node_write_duration: Histogram,
+    /// A node's wait in the node queue for a free worker.
+    pub node_queue_wait: Histogram,
     pub status_writes: Counter,
     pub taints_added: Family<PolicyLabel, Counter>,
     pub taints_removed: Family<PolicyLabel, Counter>,
@@ -58,6 +62,13 @@ impl Default for Metrics {
         });
         let node_writes = Counter::default();
         let node_write_conflicts = Counter::default();
+        let latency_buckets = || {
+            Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ])
+        };
+        let node_write_duration = latency_buckets();
+        let node_queue_wait = latency_buckets();
         let status_writes = Counter::default();
         let taints_added = Family::<PolicyLabel, Counter>::default();
         let taints_removed = Family::<PolicyLabel, Counter>::default();
@@ -87,6 +98,16 @@ impl Default for Metrics {
             "node_write_conflicts",
             "Node patches refused because the node changed meanwhile",
             node_write_conflicts.clone(),
+        );
+        registry.register(
+            "node_write_duration_seconds",
+            "Time from sending a node patch to its answer",
+            node_write_duration.clone(),
+        );
+        registry.register(
+            "node_queue_wait_seconds",
+            "Time a changed node waits in the node queue for a free worker",
+            node_queue_wait.clone(),
         );
         registry.register(
             "status_writes",
@@ -120,6 +141,8 @@ impl Default for Metrics {
             reconcile_duration,
             node_writes,
             node_write_conflicts,
+            node_write_duration,
+            node_queue_wait,
             status_writes,
             taints_added,
             taints_removed,

@@ -20,6 +20,7 @@ use std::{
 };
 
 use futures::FutureExt;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::{sync::Notify, time::Instant};
 
 use crate::node_events::WriteActivity;
@@ -48,7 +49,8 @@ enum Slot {
 #[derive(Default)]
 struct State {
     slots: HashMap<Box<str>, Slot>,
-    due: VecDeque<Box<str>>,
+    /// With the moment each became due.
+    due: VecDeque<(Box<str>, Instant)>,
     later: BTreeSet<(Instant, Box<str>)>,
     closed: bool,
 }
@@ -61,15 +63,18 @@ pub struct NodeQueue {
     timers: Notify,
     /// Due and running nodes: the node events wait for them.
     writes: Arc<WriteActivity>,
+    /// Seconds from due to a worker taking the node: how far the workers are behind.
+    waited: Histogram,
 }
 
 impl NodeQueue {
-    pub fn new(writes: Arc<WriteActivity>) -> Arc<Self> {
+    pub fn new(writes: Arc<WriteActivity>, waited: Histogram) -> Arc<Self> {
         Arc::new(NodeQueue {
             state: Mutex::default(),
             work: Notify::new(),
             timers: Notify::new(),
             writes,
+            waited,
         })
     }
 
@@ -95,7 +100,7 @@ impl NodeQueue {
                     state.slots.insert(Box::from(name), Slot::Due);
                 }
             }
-            state.due.push_back(Box::from(name));
+            state.due.push_back((Box::from(name), Instant::now()));
             self.writes.begin();
         }
         self.work.notify_one();
@@ -154,7 +159,8 @@ impl NodeQueue {
                 if state.closed {
                     return None;
                 }
-                if let Some(name) = state.due.pop_front() {
+                if let Some((name, since)) = state.due.pop_front() {
+                    self.waited.observe(since.elapsed().as_secs_f64());
                     state
                         .slots
                         .insert(name.clone(), Slot::Running { again: false });
@@ -178,7 +184,7 @@ impl NodeQueue {
         let again = matches!(state.slots.get(&name), Some(Slot::Running { again: true }));
         if again {
             state.slots.insert(name.clone(), Slot::Due);
-            state.due.push_back(name);
+            state.due.push_back((name, Instant::now()));
             self.work.notify_one();
             return;
         }
@@ -226,7 +232,7 @@ impl NodeQueue {
                         && matches!(slot.get(), Slot::Later(_))
                     {
                         slot.insert(Slot::Due);
-                        state.due.push_back(name);
+                        state.due.push_back((name, Instant::now()));
                         self.writes.begin();
                         self.work.notify_one();
                     }
@@ -270,7 +276,7 @@ mod tests {
     }
 
     fn queue() -> Arc<NodeQueue> {
-        NodeQueue::new(Arc::new(WriteActivity::default()))
+        NodeQueue::new(Arc::new(WriteActivity::default()), Histogram::new([1.0]))
     }
 
     /// Runs `q` with `workers`; each reconcile takes `takes` and returns what `next` says.
@@ -437,7 +443,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn pending_counts_due_and_running_nodes_for_the_events() {
         let writes = Arc::new(WriteActivity::default());
-        let q = NodeQueue::new(writes.clone());
+        let q = NodeQueue::new(writes.clone(), Histogram::new([1.0]));
         q.touch("a");
         q.touch("b");
         assert_eq!(writes.pending(), 2);
@@ -451,7 +457,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiting_for_a_window_to_end_is_not_pending_work() {
         let writes = Arc::new(WriteActivity::default());
-        let q = NodeQueue::new(writes.clone());
+        let q = NodeQueue::new(writes.clone(), Histogram::new([1.0]));
         q.touch("a");
         let (log, _run) = start(&q, 1, Duration::ZERO, |_| {
             Next::After(Duration::from_secs(60))

@@ -119,7 +119,12 @@ pub async fn write_node(
         let patch: json_patch::Patch =
             serde_json::from_value(patch).expect("build_patch writes valid JSON patches");
         metrics.node_writes.inc();
-        match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
+        let sent = std::time::Instant::now();
+        let answer = api.patch(&name, &params, &Patch::Json::<()>(patch)).await;
+        metrics
+            .node_write_duration
+            .observe(sent.elapsed().as_secs_f64());
+        match answer {
             Ok(written) => {
                 return Ok(Some(Written {
                     plan,

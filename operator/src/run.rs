@@ -223,7 +223,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
     tokio::spawn(policy_status::run_status_writer(ctx.clone()));
 
-    let queue = NodeQueue::new(ctx.node_writes.clone());
+    let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
     tokio::spawn(feed_node_queue(
         ctx.clone(),
         queue.clone(),
