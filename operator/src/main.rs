@@ -63,7 +63,7 @@ struct RunArgs {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// Node reconciles running at once (the rest wait their turn, first come first served).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
     #[arg(
         long,

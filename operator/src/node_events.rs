@@ -31,8 +31,10 @@ use tokio::{
 const QUEUE: usize = 16384;
 /// Events published at once.
 const IN_FLIGHT: usize = 8;
-/// How long node writes must have been idle before events go out.
-pub const QUIET: Duration = Duration::from_millis(500);
+/// How long node writes must have been idle before events go out. Half a second
+/// was too short: at 5,000 nodes the workers sometimes drain the queue for that long
+/// in the middle of a fleet-wide change, and thousands of events went out then.
+pub const QUIET: Duration = Duration::from_secs(2);
 /// The longest an event waits for the node writes to go quiet.
 pub const MAX_DEFERRAL: Duration = Duration::from_secs(60);
 

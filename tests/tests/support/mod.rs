@@ -46,8 +46,9 @@ pub use verifier::ApiServerVerifier;
 pub const NOW: &str = "2026-11-20T12:00:00Z";
 /// When the node conditions in these tests last changed: an hour before `NOW`.
 pub const EARLIER: &str = "2026-11-20T11:00:00Z";
-/// How long one scenario may take, requests and replies included.
-pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one scenario may take, requests and replies included. Node events go
+/// out once the node writes have been quiet for 2 s (`node_events::QUIET`).
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// A plain fn for `Context::clock`.
 pub fn now() -> Timestamp {
