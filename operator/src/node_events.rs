@@ -115,14 +115,28 @@ struct Queued {
 }
 
 /// The reconciles' end of the queue.
-pub struct EventQueue(mpsc::Sender<Queued>);
+pub struct EventQueue {
+    queued: mpsc::Sender<Queued>,
+    /// Events queued and not yet published.
+    outstanding: Arc<AtomicUsize>,
+}
 
 impl EventQueue {
     /// Starts the publisher task.
     pub fn start(client: Client, reporter: Reporter, writes: Arc<WriteActivity>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(publish_queued(client, reporter, writes, rx));
-        EventQueue(tx)
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(publish_queued(
+            client,
+            reporter,
+            writes,
+            rx,
+            outstanding.clone(),
+        ));
+        EventQueue {
+            queued: tx,
+            outstanding,
+        }
     }
 
     /// Queues an event without waiting for it: a reconcile's latency and the API
@@ -133,7 +147,9 @@ impl EventQueue {
             about,
             since: Instant::now(),
         };
-        if let Err(mpsc::error::TrySendError::Full(q)) = self.0.try_send(queued) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        if let Err(mpsc::error::TrySendError::Full(q)) = self.queued.try_send(queued) {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(
                 object = q.about.name.as_deref().unwrap_or(""),
                 reason = %q.event.reason,
@@ -166,11 +182,13 @@ async fn publish_queued(
     reporter: Reporter,
     writes: Arc<WriteActivity>,
     queued: mpsc::Receiver<Queued>,
+    outstanding: Arc<AtomicUsize>,
 ) {
     use futures::StreamExt;
     tokio_stream::wrappers::ReceiverStream::new(queued)
         .for_each_concurrent(IN_FLIGHT, |q| {
-            let (client, reporter, writes) = (&client, &reporter, &writes);
+            let (client, reporter, writes, outstanding) =
+                (&client, &reporter, &writes, &outstanding);
             async move {
                 writes.wait_quiet(QUIET, q.since + MAX_DEFERRAL).await;
                 if let Err(e) = publish(client, reporter, &q.event, &q.about).await {
@@ -179,6 +197,11 @@ async fn publish_queued(
                         error = %e,
                         "could not publish event"
                     );
+                }
+                if outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    // The burst after a fleet-wide change is out: its requests and
+                    // answers are freed, hand the pages back.
+                    crate::memory::release_free_memory();
                 }
             }
         })

@@ -2297,7 +2297,9 @@ async fn operator_phases(
     let n = args.nodes;
     let c = args.concurrency;
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    let settle_quiet = Duration::from_millis(1500);
+    // Longer than the operator's event quiet period (2 s), so a phase's events
+    // count in that phase and do not go out during the next one.
+    let settle_quiet = Duration::from_secs(4);
     let settle_max = Duration::from_secs(60);
 
     // ---- cold start
