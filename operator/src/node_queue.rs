@@ -332,6 +332,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_wait_for_a_free_worker_is_measured() {
+        let waited = Histogram::new([1.0]);
+        let q = NodeQueue::new(Arc::new(WriteActivity::default()), waited.clone());
+        for n in ["a", "b", "c"] {
+            q.touch(n);
+        }
+        // One worker, 1 s per reconcile: a starts at once, b after 1 s, c after 2 s.
+        let (_log, _run) = start(&q, 1, Duration::from_secs(1), |_| Next::AwaitChange);
+        settle().await;
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("waited", "", waited);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |name: &str| -> f64 {
+            let line = text.lines().find(|l| l.starts_with(name)).unwrap();
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(value("waited_count"), 3.0, "{text}");
+        assert!((value("waited_sum") - 3.0).abs() < 0.01, "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn at_most_workers_reconciles_run_at_once() {
         let q = queue();
         for i in 0..50 {
