@@ -76,6 +76,27 @@ impl Default for CleanupGrace {
     }
 }
 
+/// What a `Context` is started with; production runs on `Default`, tests shorten
+/// the waits.
+#[derive(Debug, Clone)]
+pub struct ContextOptions {
+    /// Names this replica in the events it publishes.
+    pub reporter_instance: Option<String>,
+    /// How long node writes must have been idle before node events go out.
+    pub event_quiet: Duration,
+    pub cleanup_grace: CleanupGrace,
+}
+
+impl Default for ContextOptions {
+    fn default() -> Self {
+        ContextOptions {
+            reporter_instance: None,
+            event_quiet: node_events::DEFAULT_QUIET,
+            cleanup_grace: CleanupGrace::default(),
+        }
+    }
+}
+
 impl Context {
     pub fn new(
         client: Client,
@@ -84,18 +105,23 @@ impl Context {
         pod_watches: PodWatches,
         metrics: Metrics,
         synced: watch::Receiver<bool>,
-        reporter_instance: Option<String>,
+        options: ContextOptions,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_string(),
-            instance: reporter_instance,
+            instance: options.reporter_instance,
         };
         let node_writes = Arc::new(WriteActivity::default());
-        let events = EventQueue::start(client.clone(), reporter.clone(), node_writes.clone());
+        let events = EventQueue::start(
+            client.clone(),
+            reporter.clone(),
+            node_writes.clone(),
+            options.event_quiet,
+        );
         Context {
             events,
             node_writes,
-            cleanup_grace: CleanupGrace::default(),
+            cleanup_grace: options.cleanup_grace,
             recent_writes: Mutex::default(),
             reporter,
             client,

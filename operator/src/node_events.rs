@@ -34,7 +34,7 @@ const IN_FLIGHT: usize = 8;
 /// How long node writes must have been idle before events go out. Half a second
 /// was too short: at 5,000 nodes the workers sometimes drain the queue for that long
 /// in the middle of a fleet-wide change, and thousands of events went out then.
-pub const QUIET: Duration = Duration::from_secs(2);
+pub const DEFAULT_QUIET: Duration = Duration::from_secs(2);
 /// The longest an event waits for the node writes to go quiet.
 pub const MAX_DEFERRAL: Duration = Duration::from_secs(60);
 
@@ -122,14 +122,20 @@ pub struct EventQueue {
 }
 
 impl EventQueue {
-    /// Starts the publisher task.
-    pub fn start(client: Client, reporter: Reporter, writes: Arc<WriteActivity>) -> Self {
+    /// Starts the publisher task; events go out once the writes have been idle for `quiet`.
+    pub fn start(
+        client: Client,
+        reporter: Reporter,
+        writes: Arc<WriteActivity>,
+        quiet: Duration,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let outstanding = Arc::new(AtomicUsize::new(0));
         tokio::spawn(publish_queued(
             client,
             reporter,
             writes,
+            quiet,
             rx,
             outstanding.clone(),
         ));
@@ -181,6 +187,7 @@ async fn publish_queued(
     client: Client,
     reporter: Reporter,
     writes: Arc<WriteActivity>,
+    quiet: Duration,
     queued: mpsc::Receiver<Queued>,
     outstanding: Arc<AtomicUsize>,
 ) {
@@ -190,7 +197,7 @@ async fn publish_queued(
             let (client, reporter, writes, outstanding) =
                 (&client, &reporter, &writes, &outstanding);
             async move {
-                writes.wait_quiet(QUIET, q.since + MAX_DEFERRAL).await;
+                writes.wait_quiet(quiet, q.since + MAX_DEFERRAL).await;
                 if let Err(e) = publish(client, reporter, &q.event, &q.about).await {
                     tracing::warn!(
                         object = q.about.name.as_deref().unwrap_or(""),
@@ -211,6 +218,8 @@ async fn publish_queued(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const QUIET: Duration = DEFAULT_QUIET;
 
     #[tokio::test(start_paused = true)]
     async fn idle_writes_let_events_go_after_the_quiet_period() {

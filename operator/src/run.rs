@@ -20,9 +20,18 @@ use tokio::sync::{mpsc, watch};
 use tracing::instrument::WithSubscriber;
 
 use crate::{
-    api_metrics::ApiMetricsLayer, context::Context, http, leader::LeaderElector, metrics::Metrics,
-    node_cache::CachedNode, node_queue::NodeQueue, node_reconciler, pod_watch::PodWatches,
-    policy_reconciler, policy_set::PolicySet, policy_status,
+    api_metrics::ApiMetricsLayer,
+    context::{Context, ContextOptions},
+    http,
+    leader::LeaderElector,
+    metrics::Metrics,
+    node_cache::CachedNode,
+    node_queue::NodeQueue,
+    node_reconciler,
+    pod_watch::PodWatches,
+    policy_reconciler,
+    policy_set::PolicySet,
+    policy_status,
 };
 
 pub struct RunConfig {
@@ -168,7 +177,10 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         pod_watches,
         metrics.clone(),
         synced_rx.clone(),
-        Some(cfg.identity.clone()),
+        ContextOptions {
+            reporter_instance: Some(cfg.identity.clone()),
+            ..ContextOptions::default()
+        },
     ));
 
     // Every replica serves health, metrics and (when enabled) the webhook.

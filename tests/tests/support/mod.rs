@@ -27,7 +27,7 @@ use kube::{
     },
 };
 use taint_operator::{
-    context::{CleanupGrace, Context},
+    context::{CleanupGrace, Context, ContextOptions},
     metrics::Metrics,
     node_cache::CachedNode,
     pod_watch::PodWatches,
@@ -46,9 +46,10 @@ pub use verifier::ApiServerVerifier;
 pub const NOW: &str = "2026-11-20T12:00:00Z";
 /// When the node conditions in these tests last changed: an hour before `NOW`.
 pub const EARLIER: &str = "2026-11-20T11:00:00Z";
-/// How long one scenario may take, requests and replies included. Node events go
-/// out once the node writes have been quiet for 2 s (`node_events::QUIET`).
-pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(4);
+/// How long one scenario may take, requests and replies included.
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long node writes must be idle before node events go out (production: 2 s).
+pub const EVENT_QUIET: Duration = Duration::from_millis(10);
 
 /// A plain fn for `Context::clock`.
 pub fn now() -> Timestamp {
@@ -426,10 +427,13 @@ pub fn harness_with_grace(
         PodWatches::new(client, changed_tx),
         Metrics::default(),
         synced_rx,
-        Some("test-replica".into()),
+        ContextOptions {
+            reporter_instance: Some("test-replica".into()),
+            event_quiet: EVENT_QUIET,
+            cleanup_grace: grace,
+        },
     );
     ctx.clock = now;
-    ctx.cleanup_grace = grace;
     let mut h = Harness {
         ctx: Arc::new(ctx),
         nodes: node_writer,
