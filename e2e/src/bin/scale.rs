@@ -118,10 +118,11 @@ struct Args {
     /// Skip the baseline phases (no ratios then).
     #[arg(long)]
     skip_baseline: bool,
-    /// Times each runner goes through the taint and untaint phases. The ratios to
-    /// the baseline compare medians: a loaded API server's background work (cache
-    /// consistency checks, compaction, garbage collection) lands in one phase or
-    /// another and moves a single phase's time by a fifth either way.
+    /// Times each runner goes through the taint and untaint phases; the baseline does
+    /// them that often before the operator starts and again after it stopped. The
+    /// ratios to the baseline compare medians: a loaded API server's background work
+    /// (cache consistency checks, compaction, garbage collection) lands in one phase
+    /// or another and moves a single phase's time by a fifth either way.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=9))]
     rounds: u64,
     #[arg(long, value_enum, default_value = "all")]
@@ -779,6 +780,12 @@ struct OpMetrics {
     reconcile_errors: f64,
     /// (verb, resource, code) -> count
     requests: BTreeMap<(String, String, String), f64>,
+    /// Node patches answered and the seconds they took, summed.
+    patches_answered: f64,
+    patch_secs: f64,
+    /// Node reconciles that waited for a worker and the seconds they waited, summed.
+    queue_waits: f64,
+    queue_wait_secs: f64,
 }
 
 fn parse_labels(s: &str) -> BTreeMap<String, String> {
@@ -813,6 +820,10 @@ impl OpMetrics {
                 "taint_operator_node_write_conflicts_total" => m.node_write_conflicts += value,
                 "taint_operator_status_writes_total" => m.status_writes += value,
                 "taint_operator_reconcile_errors_total" => m.reconcile_errors += value,
+                "taint_operator_node_write_duration_seconds_count" => m.patches_answered += value,
+                "taint_operator_node_write_duration_seconds_sum" => m.patch_secs += value,
+                "taint_operator_node_queue_wait_seconds_count" => m.queue_waits += value,
+                "taint_operator_node_queue_wait_seconds_sum" => m.queue_wait_secs += value,
                 "taint_operator_api_requests_total" => {
                     let l = parse_labels(labels);
                     let get = |k: &str| l.get(k).cloned().unwrap_or_default();
@@ -838,7 +849,20 @@ impl OpMetrics {
             status_writes: self.status_writes - before.status_writes,
             reconcile_errors: self.reconcile_errors - before.reconcile_errors,
             requests,
+            patches_answered: self.patches_answered - before.patches_answered,
+            patch_secs: self.patch_secs - before.patch_secs,
+            queue_waits: self.queue_waits - before.queue_waits,
+            queue_wait_secs: self.queue_wait_secs - before.queue_wait_secs,
         }
+    }
+
+    /// Mean node patch answer time and mean wait for a worker, in milliseconds.
+    fn mean_patch_ms(&self) -> Option<f64> {
+        (self.patches_answered > 0.0).then(|| 1000.0 * self.patch_secs / self.patches_answered)
+    }
+
+    fn mean_queue_wait_ms(&self) -> Option<f64> {
+        (self.queue_waits > 0.0).then(|| 1000.0 * self.queue_wait_secs / self.queue_waits)
     }
 
     fn total_requests(&self) -> f64 {
@@ -1005,6 +1029,8 @@ fn with_operator(mut cpu: BTreeMap<String, f64>, operator_secs: f64) -> BTreeMap
 #[derive(Default)]
 struct BaselineCounters {
     patches: AtomicU64,
+    /// Microseconds from sending a patch to its answer, summed.
+    patch_micros: AtomicU64,
     conflicts: AtomicU64,
     errors: AtomicU64,
 }
@@ -1086,14 +1112,18 @@ async fn baseline_reconcile(api: &Api<Node>, node: Node, counters: &BaselineCoun
     }
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("valid patch");
     counters.patches.fetch_add(1, Ordering::Relaxed);
-    match api
+    let sent = Instant::now();
+    let answer = api
         .patch(
             &node.name_any(),
             &PatchParams::default(),
             &Patch::Json::<()>(patch),
         )
-        .await
-    {
+        .await;
+    counters
+        .patch_micros
+        .fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+    match answer {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
             counters.conflicts.fetch_add(1, Ordering::Relaxed);
@@ -1103,6 +1133,100 @@ async fn baseline_reconcile(api: &Api<Node>, node: Node, counters: &BaselineCoun
             eprintln!("scale: baseline patch of {} failed: {e}", node.name_any());
         }
     }
+}
+
+/// The baseline's taint and untaint phases, `args.rounds` of each, numbered from
+/// `first_round`. Runs before the operator starts and again after it stopped, so
+/// the API server's drift over a run (etcd's growing history, its caches, Go's heap)
+/// weighs on both runners alike.
+#[allow(clippy::too_many_arguments)]
+async fn baseline_rounds(
+    args: &Args,
+    client: &Client,
+    kubeconfig: &Path,
+    defs: &[PolicyDef],
+    observer: &Observer,
+    mut world: World,
+    probes: &CpuProbes,
+    first_round: u64,
+    report: &mut Report,
+) -> Result {
+    let (n, c) = (args.nodes, args.concurrency);
+    let timeout = Duration::from_secs(args.phase_timeout_secs);
+    let counters = Arc::new(BaselineCounters::default());
+    let (task, synced) = start_baseline(client_from(kubeconfig).await?, c, counters.clone());
+    while !synced.load(Ordering::Acquire) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // let the initial list's reconciles (all no-ops) drain
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_operator = first_round > 1;
+    let rounds = (first_round..first_round + args.rounds)
+        .flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
+    for (kind, on, round) in rounds {
+        let name = &round_name(kind, round);
+        world.baseline_fault = on;
+        eprintln!("scale: baseline {name} phase");
+        let before = counters.patches.load(Ordering::Relaxed);
+        let micros_before = counters.patch_micros.load(Ordering::Relaxed);
+        let conflicts_before = counters.conflicts.load(Ordering::Relaxed);
+        let events_before = observer.events();
+        let cpu_before = probes.snapshot();
+        observer.begin(expected_all(defs, n, world));
+        let t0 = Instant::now();
+        let changes = flip_condition(
+            client,
+            n,
+            c,
+            BASELINE_CONDITION,
+            if on { "True" } else { "False" },
+            if on {
+                "BaselineFault"
+            } else {
+                "BaselineHealthy"
+            },
+        )
+        .await?;
+        let change_secs = t0.elapsed().as_secs_f64();
+        let right = observer.wait_all_right(timeout).await?;
+        let cpu_to_right = probes.since(&cpu_before);
+        let end = right.iter().max().copied().unwrap_or(t0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let patches = counters.patches.load(Ordering::Relaxed) - before;
+        let conflicts = counters.conflicts.load(Ordering::Relaxed) - conflicts_before;
+        let mut requests = OpMetrics::default();
+        requests.requests.insert(
+            ("patch".into(), "nodes".into(), "sent".into()),
+            patches as f64,
+        );
+        requests.patches_answered = patches as f64;
+        requests.patch_secs =
+            (counters.patch_micros.load(Ordering::Relaxed) - micros_before) as f64 / 1e6;
+        report.phases.push(PhaseResult {
+            name: name.into(),
+            kind: kind.into(),
+            runner: "baseline".into(),
+            after_operator,
+            transitions: n,
+            secs: end.saturating_duration_since(t0).as_secs_f64(),
+            change_secs,
+            latencies_ms: latencies(&changes, &right),
+            per_node: per_node(t0, &changes, &right),
+            node_writes: patches as f64,
+            conflicts: conflicts as f64,
+            requests,
+            observer_events: observer.events() - events_before,
+            other_cpu: probes.since(&cpu_before),
+            cpu_to_right,
+            ..PhaseResult::default()
+        });
+    }
+    task.abort();
+    let errors = counters.errors.load(Ordering::Relaxed);
+    if errors > 0 {
+        bail!("the baseline had {errors} failed patches");
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------ phases
@@ -1115,6 +1239,8 @@ struct PhaseResult {
     kind: String,
     /// "operator" or "baseline"
     runner: String,
+    /// A baseline round run after the operator stopped.
+    after_operator: bool,
     transitions: usize,
     /// First change to every node right.
     secs: f64,
@@ -1412,11 +1538,12 @@ struct Target {
 impl Report {
     /// Median time and median p99 latency of a runner's rounds of a phase.
     fn medians(&self, runner: &str, kind: &str) -> Option<(f64, f64)> {
-        let rounds: Vec<&PhaseResult> = self
-            .phases
-            .iter()
-            .filter(|p| p.runner == runner && p.kind == kind)
-            .collect();
+        self.medians_of(|p| p.runner == runner && p.kind == kind)
+    }
+
+    /// Median time and median p99 latency of the phases `which` picks.
+    fn medians_of(&self, which: impl Fn(&PhaseResult) -> bool) -> Option<(f64, f64)> {
+        let rounds: Vec<&PhaseResult> = self.phases.iter().filter(|p| which(p)).collect();
         if rounds.is_empty() {
             return None;
         }
@@ -1468,11 +1595,14 @@ impl Report {
 
     fn targets(&self) -> Vec<Target> {
         let mut t = Vec::new();
-        let medians = if self.args.rounds > 1 {
-            format!(" (medians of {} rounds)", self.args.rounds)
-        } else {
-            String::new()
-        };
+        let r = self.args.rounds;
+        let base = self
+            .phases
+            .iter()
+            .filter(|p| p.runner == "baseline")
+            .count()
+            / 2;
+        let medians = format!(" (medians of {r} operator and {base} baseline rounds)");
         for name in ["taint", "untaint"] {
             if let Some((time, p99)) = self.ratio(name) {
                 t.push(Target {
@@ -1593,6 +1723,32 @@ impl Report {
             w,
             "Time: first change sent → every node right in the admin watch. Latency: a node's change sent → its taints right in the watch."
         );
+        if self.phases.iter().any(|p| p.after_operator) {
+            let r = a.rounds;
+            let _ = writeln!(
+                w,
+                "The baseline ran rounds 1–{r} before the operator started and rounds {}–{} after it stopped; ratios compare the operator's median with the median of all {} baseline rounds.",
+                r + 1,
+                2 * r,
+                2 * r
+            );
+            for kind in ["taint", "untaint"] {
+                let side = |after: bool| {
+                    self.medians_of(|p| {
+                        p.runner == "baseline" && p.kind == kind && p.after_operator == after
+                    })
+                    .map_or("–".into(), |(t, p99)| {
+                        format!("{t:.1} s, p99 {p99:.0} ms")
+                    })
+                };
+                let _ = writeln!(
+                    w,
+                    "- baseline {kind} medians: before the operator {}; after it {}",
+                    side(false),
+                    side(true)
+                );
+            }
+        }
         let _ = writeln!(w);
         let _ = writeln!(
             w,
@@ -1668,6 +1824,35 @@ impl Report {
                 let _ = write!(w, " {v} |");
             }
             let _ = writeln!(w, " {total} |");
+        }
+        let _ = writeln!(
+            w,
+            "\n### Node patches: mean answer time, and the operator's mean wait for a worker\n"
+        );
+        let _ = writeln!(
+            w,
+            "The baseline has no queue: its backlog waits in the watch stream, unmeasured.\n"
+        );
+        let _ = writeln!(
+            w,
+            "| runner | phase | patches answered | answer ms | wait for a worker ms |"
+        );
+        let _ = writeln!(w, "|---|---|---:|---:|---:|");
+        for p in self
+            .phases
+            .iter()
+            .filter(|p| p.requests.patches_answered > 0.0)
+        {
+            let r = &p.requests;
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {} |",
+                p.runner,
+                p.name,
+                r.patches_answered,
+                fmt_opt(r.mean_patch_ms(), 0),
+                fmt_opt(r.mean_queue_wait_ms(), 0)
+            );
         }
         let _ = writeln!(
             w,
@@ -1782,7 +1967,7 @@ impl Report {
                 .map(|((verb, res, code), v)| json!({"verb": verb, "resource": res, "code": code, "count": v}))
                 .collect();
             json!({
-                "runner": p.runner, "phase": p.name, "transitions": p.transitions,
+                "runner": p.runner, "phase": p.name, "after_operator": p.after_operator, "transitions": p.transitions,
                 "seconds": p.secs, "change_seconds": p.change_secs,
                 "kind": p.kind,
                 "ratio_to_baseline": self.row_ratio(p).map(|r| r.0),
@@ -1792,6 +1977,8 @@ impl Report {
                 "node_writes": p.node_writes,
                 "writes_per_transition": p.node_writes / p.transitions.max(1) as f64,
                 "node_write_conflicts": p.conflicts,
+                "node_patch_answer_ms_mean": p.requests.mean_patch_ms(),
+                "node_queue_wait_ms_mean": p.requests.mean_queue_wait_ms(),
                 "status_writes": p.requests.status_writes,
                 "reconcile_errors": p.requests.reconcile_errors,
                 "api_requests": requests,
@@ -2038,7 +2225,6 @@ async fn drive(
     let n = args.nodes;
     let c = args.concurrency;
     let ns = args.namespace.clone();
-    let timeout = Duration::from_secs(args.phase_timeout_secs);
     let probes = CpuProbes::new();
 
     // ---- a clean cluster
@@ -2159,74 +2345,12 @@ async fn drive(
         .await
         .map_err(|e| format!("the fresh nodes are not as expected: {e}"))?;
 
-    // ---- baseline
+    // ---- baseline, before the operator
     if !args.skip_baseline {
-        let counters = Arc::new(BaselineCounters::default());
-        let (task, synced) = start_baseline(client_from(kubeconfig).await?, c, counters.clone());
-        while !synced.load(Ordering::Acquire) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // let the initial list's reconciles (all no-ops) drain
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let rounds = (1..=args.rounds).flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
-        for (kind, on, round) in rounds {
-            let name = &round_name(kind, round);
-            world.baseline_fault = on;
-            eprintln!("scale: baseline {name} phase");
-            let before = counters.patches.load(Ordering::Relaxed);
-            let conflicts_before = counters.conflicts.load(Ordering::Relaxed);
-            let events_before = observer.events();
-            let cpu_before = probes.snapshot();
-            observer.begin(expected_all(defs, n, world));
-            let t0 = Instant::now();
-            let changes = flip_condition(
-                client,
-                n,
-                c,
-                BASELINE_CONDITION,
-                if on { "True" } else { "False" },
-                if on {
-                    "BaselineFault"
-                } else {
-                    "BaselineHealthy"
-                },
-            )
-            .await?;
-            let change_secs = t0.elapsed().as_secs_f64();
-            let right = observer.wait_all_right(timeout).await?;
-            let cpu_to_right = probes.since(&cpu_before);
-            let end = right.iter().max().copied().unwrap_or(t0);
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let patches = counters.patches.load(Ordering::Relaxed) - before;
-            let conflicts = counters.conflicts.load(Ordering::Relaxed) - conflicts_before;
-            let mut requests = OpMetrics::default();
-            requests.requests.insert(
-                ("patch".into(), "nodes".into(), "sent".into()),
-                patches as f64,
-            );
-            report.phases.push(PhaseResult {
-                name: name.into(),
-                kind: kind.into(),
-                runner: "baseline".into(),
-                transitions: n,
-                secs: end.saturating_duration_since(t0).as_secs_f64(),
-                change_secs,
-                latencies_ms: latencies(&changes, &right),
-                per_node: per_node(t0, &changes, &right),
-                node_writes: patches as f64,
-                conflicts: conflicts as f64,
-                requests,
-                observer_events: observer.events() - events_before,
-                other_cpu: probes.since(&cpu_before),
-                cpu_to_right,
-                ..PhaseResult::default()
-            });
-        }
-        task.abort();
-        let errors = counters.errors.load(Ordering::Relaxed);
-        if errors > 0 {
-            bail!("the baseline had {errors} failed patches");
-        }
+        baseline_rounds(
+            args, client, kubeconfig, defs, &observer, world, &probes, 1, report,
+        )
+        .await?;
     }
 
     // ---- policies, then the operator
@@ -2277,7 +2401,23 @@ async fn drive(
     if let Err(e) = op.stop().await {
         eprintln!("scale: stopping the operator: {e}");
     }
-    result.map_err(|e| format!("{e}\noperator log tail:\n{tail}"))?;
+    let world = result.map_err(|e| format!("{e}\noperator log tail:\n{tail}"))?;
+
+    // ---- baseline, after the operator
+    if !args.skip_baseline {
+        baseline_rounds(
+            args,
+            client,
+            kubeconfig,
+            defs,
+            &observer,
+            world,
+            &probes,
+            args.rounds + 1,
+            report,
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -2293,7 +2433,7 @@ async fn operator_phases(
     (t0, events_before, cold_cpu): (Instant, u64, BTreeMap<String, f64>),
     probes: &CpuProbes,
     report: &mut Report,
-) -> Result {
+) -> Result<World> {
     let n = args.nodes;
     let c = args.concurrency;
     let timeout = Duration::from_secs(args.phase_timeout_secs);
@@ -2328,6 +2468,7 @@ async fn operator_phases(
         name: "cold start".into(),
         kind: "cold start".into(),
         runner: "operator".into(),
+        after_operator: false,
         transitions: n,
         secs: end.saturating_duration_since(t0).as_secs_f64(),
         change_secs: 0.0,
@@ -2412,6 +2553,7 @@ async fn operator_phases(
             name: name.into(),
             kind: kind.into(),
             runner: "operator".into(),
+            after_operator: false,
             transitions: n,
             secs: end.saturating_duration_since(t0).as_secs_f64(),
             change_secs,
@@ -2517,5 +2659,5 @@ async fn operator_phases(
             "message": ready.map(|c| c.message.clone()),
         }));
     }
-    Ok(())
+    Ok(world)
 }
