@@ -1297,6 +1297,21 @@ fn per_node(t0: Instant, changes: &[Option<Instant>], right: &[Instant]) -> Vec<
         .collect()
 }
 
+/// The middle value; with an even count, the mean of the two middle ones (the
+/// baseline has 2R rounds, and the lower middle alone would favour either side).
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -1547,11 +1562,8 @@ impl Report {
         if rounds.is_empty() {
             return None;
         }
-        let median = |f: &dyn Fn(&PhaseResult) -> f64| {
-            let mut v: Vec<f64> = rounds.iter().map(|p| f(p)).collect();
-            v.sort_by(|a, b| a.total_cmp(b));
-            percentile(&v, 50.0)
-        };
+        let median =
+            |f: &dyn Fn(&PhaseResult) -> f64| median(rounds.iter().map(|p| f(p)).collect());
         Some((
             median(&|p| p.secs),
             median(&|p| percentile(&p.latencies_ms, 99.0)),
@@ -2660,4 +2672,29 @@ async fn operator_phases(
         }));
     }
     Ok(world)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(
+            median(vec![35.0, 24.0, 29.3, 31.9, 33.4, 27.2]),
+            (29.3 + 31.9) / 2.0
+        );
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![7.0]), 7.0);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[5.0], 99.0), 5.0);
+    }
 }
