@@ -856,11 +856,12 @@ impl OpMetrics {
         }
     }
 
-    /// Mean node patch answer time and mean wait for a worker, in milliseconds.
+    /// Mean time from sending a node patch to its answer, in milliseconds.
     fn mean_patch_ms(&self) -> Option<f64> {
         (self.patches_answered > 0.0).then(|| 1000.0 * self.patch_secs / self.patches_answered)
     }
 
+    /// Mean wait of a changed node for a free worker, in milliseconds.
     fn mean_queue_wait_ms(&self) -> Option<f64> {
         (self.queue_waits > 0.0).then(|| 1000.0 * self.queue_wait_secs / self.queue_waits)
     }
@@ -1135,8 +1136,9 @@ async fn baseline_reconcile(api: &Api<Node>, node: Node, counters: &BaselineCoun
     }
 }
 
-/// The baseline's taint and untaint phases, `args.rounds` of each, numbered from
-/// `first_round`. Runs before the operator starts and again after it stopped, so
+/// The baseline's taint and untaint phases, `args.rounds` of each; the rounds after
+/// the operator are numbered on from those before it. Runs before the operator
+/// starts and again after it stopped, so
 /// the API server's drift over a run (etcd's growing history, its caches, Go's heap)
 /// weighs on both runners alike.
 #[allow(clippy::too_many_arguments)]
@@ -1148,7 +1150,7 @@ async fn baseline_rounds(
     observer: &Observer,
     mut world: World,
     probes: &CpuProbes,
-    first_round: u64,
+    after_operator: bool,
     report: &mut Report,
 ) -> Result {
     let (n, c) = (args.nodes, args.concurrency);
@@ -1160,7 +1162,7 @@ async fn baseline_rounds(
     }
     // let the initial list's reconciles (all no-ops) drain
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after_operator = first_round > 1;
+    let first_round = if after_operator { args.rounds + 1 } else { 1 };
     let rounds = (first_round..first_round + args.rounds)
         .flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
     for (kind, on, round) in rounds {
@@ -2360,7 +2362,7 @@ async fn drive(
     // ---- baseline, before the operator
     if !args.skip_baseline {
         baseline_rounds(
-            args, client, kubeconfig, defs, &observer, world, &probes, 1, report,
+            args, client, kubeconfig, defs, &observer, world, &probes, false, report,
         )
         .await?;
     }
@@ -2418,15 +2420,7 @@ async fn drive(
     // ---- baseline, after the operator
     if !args.skip_baseline {
         baseline_rounds(
-            args,
-            client,
-            kubeconfig,
-            defs,
-            &observer,
-            world,
-            &probes,
-            args.rounds + 1,
-            report,
+            args, client, kubeconfig, defs, &observer, world, &probes, true, report,
         )
         .await?;
     }
