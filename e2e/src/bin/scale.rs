@@ -8,7 +8,9 @@
 //! to the moment the admin watch shows every node right:
 //!
 //! 1. baseline taint / untaint: a minimal watch-then-patch loop in this process (no
-//!    engine, no caches) reacting to a condition of its own, before the operator runs;
+//!    engine, no caches) reacting to a condition of its own, before the operator runs
+//!    and again after it stopped. It writes the fault policies' taints on nodes that
+//!    carry the policies' standing taints, so both runners' phases make the same nodes;
 //! 2. cold start: the operator starts against the full cluster;
 //! 3. taint: a condition flipped on every node; 4. untaint: flipped back;
 //! 5. readiness: the critical pods become Ready; 6. policy delete: the finalizer
@@ -32,7 +34,7 @@ use std::{
 use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
-    api::core::v1::{Namespace, Node},
+    api::core::v1::{Namespace, Node, Taint},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
     jiff::Timestamp,
 };
@@ -57,10 +59,8 @@ macro_rules! bail {
 const SCALE_LABEL: &str = "bench.io/scale";
 /// Taints the benchmark's policies own start with this.
 const BENCH_PREFIX: &str = "bench.io/";
-/// The baseline's condition and taint: no policy uses them.
+/// The baseline's condition: no policy matches it.
 const BASELINE_CONDITION: &str = "BaselineFault";
-const BASELINE_TAINT_KEY: &str = "baseline.io/fault";
-const BASELINE_TAINT_EFFECT: &str = "NoSchedule";
 /// The condition the matcher policies react to.
 const FAULT_CONDITION: &str = "BenchFault";
 const GROUPS: usize = 4;
@@ -313,7 +313,12 @@ fn policy_defs(k: usize, ns: &str) -> Vec<PolicyDef> {
 /// What the benchmark has done to the cluster so far: decides each node's taints.
 #[derive(Clone, Copy, Debug, Default)]
 struct World {
+    /// The baseline's fault: its condition is True, so it puts the fault policies'
+    /// taints on.
     baseline_fault: bool,
+    /// The suite put the standing taints on for the baseline: those the policies keep
+    /// on every node through the operator's taint and untaint phases.
+    baseline_standing: bool,
     policies: bool,
     fault: bool,
     critical_ready: bool,
@@ -322,26 +327,49 @@ struct World {
 }
 
 fn expected(defs: &[PolicyDef], i: usize, w: World) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    if w.baseline_fault {
-        out.insert(format!("{BASELINE_TAINT_KEY}:{BASELINE_TAINT_EFFECT}"));
-    }
-    if !w.policies {
-        return out;
-    }
-    for d in defs {
-        let on = match &d.kind {
-            Kind::Fault(groups) => w.fault && groups.contains(&group_of(i)),
-            Kind::Ready => !w.critical_ready,
-            Kind::Bootstrap => !w.bootstrapped,
-            Kind::DryRun => false,
-            Kind::Always => !w.always_deleted,
-        };
-        if on {
-            out.insert(d.taint.clone());
+    defs.iter()
+        .filter(|d| taint_on(d, i, w))
+        .map(|d| d.taint.clone())
+        .collect()
+}
+
+/// Whether policy `d`'s taint is on node `i`. The baseline does the fault policies'
+/// work on the standing taints, so both runners' taint phases make the same nodes.
+fn taint_on(d: &PolicyDef, i: usize, w: World) -> bool {
+    match &d.kind {
+        Kind::Fault(groups) => {
+            groups.contains(&group_of(i)) && (w.baseline_fault || (w.policies && w.fault))
         }
+        Kind::Ready => w.baseline_standing || (w.policies && !w.critical_ready),
+        Kind::Bootstrap => w.baseline_standing || (w.policies && !w.bootstrapped),
+        Kind::DryRun => false,
+        Kind::Always => w.baseline_standing || (w.policies && !w.always_deleted),
     }
-    out
+}
+
+/// The taint policy `d` puts on nodes, as the API takes it.
+fn policy_taint(d: &PolicyDef) -> Taint {
+    serde_json::from_value(d.body["taints"][0].clone()).expect("every policy has one taint")
+}
+
+/// The standing taints (see `World::baseline_standing`).
+fn standing_taints(defs: &[PolicyDef]) -> Vec<Taint> {
+    defs.iter()
+        .filter(|d| matches!(d.kind, Kind::Ready | Kind::Bootstrap | Kind::Always))
+        .map(policy_taint)
+        .collect()
+}
+
+/// Per group, the taints the fault policies put on its nodes while they are faulty.
+fn fault_taints_by_group(defs: &[PolicyDef]) -> Vec<Vec<Taint>> {
+    (0..GROUPS)
+        .map(|g| {
+            defs.iter()
+                .filter(|d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&g)))
+                .map(policy_taint)
+                .collect()
+        })
+        .collect()
 }
 
 fn expected_all(defs: &[PolicyDef], n: usize, w: World) -> Vec<BTreeSet<String>> {
@@ -537,7 +565,7 @@ impl Resource for SlimNode {
 /// The benchmark's taints on a node, as `key:Effect`.
 fn bench_taints<'a>(taints: impl Iterator<Item = (&'a str, &'a str)>) -> BTreeSet<String> {
     taints
-        .filter(|(k, _)| k.starts_with(BENCH_PREFIX) || *k == BASELINE_TAINT_KEY)
+        .filter(|(k, _)| k.starts_with(BENCH_PREFIX))
         .map(|(k, e)| format!("{k}:{e}"))
         .collect()
 }
@@ -1037,12 +1065,13 @@ struct BaselineCounters {
 }
 
 /// The baseline: one watch on nodes and, for every node event, the one JSON patch
-/// that puts `baseline.io/fault:NoSchedule` on or off according to the node's
-/// `BaselineFault` condition. No cache beyond the event itself; conflicts are left
-/// to the next event.
+/// that puts the fault policies' taints for the node's group on or off according to
+/// the node's `BaselineFault` condition: the same taints the operator writes in its
+/// taint phase. No cache beyond the event itself; conflicts are left to the next event.
 fn start_baseline(
     client: Client,
     concurrency: usize,
+    fault_taints: Arc<Vec<Vec<Taint>>>,
     counters: Arc<BaselineCounters>,
 ) -> (tokio::task::JoinHandle<()>, Arc<AtomicBool>) {
     let synced = Arc::new(AtomicBool::new(false));
@@ -1066,7 +1095,8 @@ fn start_baseline(
             .map(|node| {
                 let api = api.clone();
                 let counters = counters.clone();
-                async move { baseline_reconcile(&api, node, &counters).await }
+                let fault_taints = fault_taints.clone();
+                async move { baseline_reconcile(&api, node, &fault_taints, &counters).await }
             })
             .buffer_unordered(concurrency)
             .for_each(|_| futures::future::ready(()))
@@ -1075,7 +1105,16 @@ fn start_baseline(
     (handle, synced)
 }
 
-async fn baseline_reconcile(api: &Api<Node>, node: Node, counters: &BaselineCounters) {
+async fn baseline_reconcile(
+    api: &Api<Node>,
+    node: Node,
+    fault_taints: &[Vec<Taint>],
+    counters: &BaselineCounters,
+) {
+    let Some(i) = node_index(&node.name_any()) else {
+        return;
+    };
+    let mine = &fault_taints[group_of(i)];
     let want = node
         .status
         .as_ref()
@@ -1087,22 +1126,14 @@ async fn baseline_reconcile(api: &Api<Node>, node: Node, counters: &BaselineCoun
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let is_ours = |t: &k8s_openapi::api::core::v1::Taint| {
-        t.key == BASELINE_TAINT_KEY && t.effect == BASELINE_TAINT_EFFECT
-    };
-    let has = taints.iter().any(is_ours);
-    if want == has {
+    let is_mine = |t: &Taint| mine.iter().any(|m| m.key == t.key && m.effect == t.effect);
+    let present = taints.iter().filter(|t| is_mine(t)).count();
+    if present == if want { mine.len() } else { 0 } {
         return;
     }
-    let mut new: Vec<Value> = taints
-        .iter()
-        .filter(|t| !is_ours(t))
-        .map(|t| serde_json::to_value(t).expect("a taint serializes"))
-        .collect();
+    let mut new: Vec<Taint> = taints.into_iter().filter(|t| !is_mine(t)).collect();
     if want {
-        new.push(
-            json!({"key": BASELINE_TAINT_KEY, "value": "fault", "effect": BASELINE_TAINT_EFFECT}),
-        );
+        new.extend(mine.iter().cloned());
     }
     let rv = node.metadata.resource_version.clone().unwrap_or_default();
     let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})];
@@ -1155,8 +1186,20 @@ async fn baseline_rounds(
 ) -> Result {
     let (n, c) = (args.nodes, args.concurrency);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
+    world.baseline_standing = true;
+    set_standing_taints(client, defs, n, c, true).await?;
+    observer.begin(expected_all(defs, n, world));
+    observer
+        .wait_all_right(timeout)
+        .await
+        .map_err(|e| format!("the baseline's standing taints: {e}"))?;
     let counters = Arc::new(BaselineCounters::default());
-    let (task, synced) = start_baseline(client_from(kubeconfig).await?, c, counters.clone());
+    let (task, synced) = start_baseline(
+        client_from(kubeconfig).await?,
+        c,
+        Arc::new(fault_taints_by_group(defs)),
+        counters.clone(),
+    );
     while !synced.load(Ordering::Acquire) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -1204,6 +1247,7 @@ async fn baseline_rounds(
         requests.patches_answered = patches as f64;
         requests.patch_secs =
             (counters.patch_micros.load(Ordering::Relaxed) - micros_before) as f64 / 1e6;
+        let node_bytes = Some(sample_node_bytes(client, n).await?);
         report.phases.push(PhaseResult {
             name: name.into(),
             kind: kind.into(),
@@ -1220,6 +1264,7 @@ async fn baseline_rounds(
             observer_events: observer.events() - events_before,
             other_cpu: probes.since(&cpu_before),
             cpu_to_right,
+            node_bytes,
             ..PhaseResult::default()
         });
     }
@@ -1228,7 +1273,62 @@ async fn baseline_rounds(
     if errors > 0 {
         bail!("the baseline had {errors} failed patches");
     }
+    world.baseline_standing = false;
+    set_standing_taints(client, defs, n, c, false).await?;
+    observer.begin(expected_all(defs, n, world));
+    observer
+        .wait_all_right(timeout)
+        .await
+        .map_err(|e| format!("removing the baseline's standing taints: {e}"))?;
     Ok(())
+}
+
+/// Puts the standing taints on every node, or takes every taint off. Only between
+/// baseline rounds: the nodes carry no other taint then, and the operator never sees
+/// these (it would rightly call them someone else's).
+async fn set_standing_taints(
+    client: &Client,
+    defs: &[PolicyDef],
+    n: usize,
+    concurrency: usize,
+    on: bool,
+) -> Result {
+    let api: Api<Node> = Api::all(client.clone());
+    let taints = if on {
+        json!(standing_taints(defs))
+    } else {
+        Value::Null
+    };
+    let what = if on {
+        "baseline: standing taints on"
+    } else {
+        "baseline: standing taints off"
+    };
+    create_all(what, n, concurrency, move |i| {
+        let api = api.clone();
+        let body = json!({"spec": {"taints": taints}});
+        Box::pin(async move {
+            api.patch(&node_name(i), &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .map_err(|e| format!("taints of {}: {e}", node_name(i)))?;
+            Ok(())
+        })
+    })
+    .await?;
+    Ok(())
+}
+
+/// Mean JSON size of a node of each group, read when a phase's nodes are all right:
+/// the API server's work on every node request grows with it.
+async fn sample_node_bytes(client: &Client, n: usize) -> Result<f64> {
+    let api: Api<Node> = Api::all(client.clone());
+    let sample = n.min(GROUPS);
+    let mut total = 0;
+    for i in 0..sample {
+        let node = api.get(&node_name(i)).await?;
+        total += serde_json::to_vec(&node)?.len();
+    }
+    Ok(total as f64 / sample.max(1) as f64)
 }
 
 // ------------------------------------------------------------------ phases
@@ -1266,6 +1366,8 @@ struct PhaseResult {
     cpu_to_right: BTreeMap<String, f64>,
     /// Per node, in node order: (change sent, ms after the phase began; latency, ms).
     per_node: Vec<(f64, f64)>,
+    /// Mean JSON bytes of a sampled node once every node was right.
+    node_bytes: Option<f64>,
 }
 
 impl PhaseResult {
@@ -1841,17 +1943,19 @@ impl Report {
         }
         let _ = writeln!(
             w,
-            "\n### Node patches: mean answer time, and the operator's mean wait for a worker\n"
+            "\n### Node patches: mean answer time, the operator's mean wait for a worker, node size\n"
         );
         let _ = writeln!(
             w,
-            "The baseline has no queue: its backlog waits in the watch stream, unmeasured.\n"
+            "The baseline has no queue: its backlog waits in the watch stream, unmeasured. \
+             Node size: mean JSON bytes of one node per group once every node was right; \
+             every request and watch event on a node costs the API server in proportion.\n"
         );
         let _ = writeln!(
             w,
-            "| runner | phase | patches answered | answer ms | wait for a worker ms |"
+            "| runner | phase | patches answered | answer ms | wait for a worker ms | node bytes |"
         );
-        let _ = writeln!(w, "|---|---|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|");
         for p in self
             .phases
             .iter()
@@ -1860,12 +1964,13 @@ impl Report {
             let r = &p.requests;
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} |",
                 p.runner,
                 p.name,
                 r.patches_answered,
                 fmt_opt(r.mean_patch_ms(), 0),
-                fmt_opt(r.mean_queue_wait_ms(), 0)
+                fmt_opt(r.mean_queue_wait_ms(), 0),
+                fmt_opt(p.node_bytes, 0)
             );
         }
         let _ = writeln!(
@@ -1993,6 +2098,7 @@ impl Report {
                 "node_write_conflicts": p.conflicts,
                 "node_patch_answer_ms_mean": p.requests.mean_patch_ms(),
                 "node_queue_wait_ms_mean": p.requests.mean_queue_wait_ms(),
+                "node_bytes": p.node_bytes,
                 "status_writes": p.requests.status_writes,
                 "reconcile_errors": p.requests.reconcile_errors,
                 "api_requests": requests,
@@ -2489,6 +2595,7 @@ async fn operator_phases(
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&cold_cpu),
         cpu_to_right: cold_to_right,
+        node_bytes: Some(sample_node_bytes(client, n).await?),
     });
     let mut before = m_cold;
 
@@ -2574,6 +2681,7 @@ async fn operator_phases(
             observer_events: observer.events() - events_before,
             other_cpu: probes.since(&others_before),
             cpu_to_right,
+            node_bytes: Some(sample_node_bytes(client, n).await?),
         });
         before = after;
     }
@@ -2690,5 +2798,52 @@ mod tests {
         assert_eq!(percentile(&v, 99.0), 99.0);
         assert_eq!(percentile(&v, 100.0), 100.0);
         assert_eq!(percentile(&[5.0], 99.0), 5.0);
+    }
+
+    /// The operator's world in its taint and untaint phases.
+    fn operator_phase(fault: bool) -> World {
+        World {
+            policies: true,
+            fault,
+            ..World::default()
+        }
+    }
+
+    fn baseline_phase(fault: bool) -> World {
+        World {
+            baseline_fault: fault,
+            baseline_standing: true,
+            ..World::default()
+        }
+    }
+
+    #[test]
+    fn both_runners_taint_phases_make_the_same_nodes() {
+        let defs = policy_defs(10, "ns");
+        for i in 0..2 * GROUPS {
+            for fault in [true, false] {
+                assert_eq!(
+                    expected(&defs, i, baseline_phase(fault)),
+                    expected(&defs, i, operator_phase(fault)),
+                    "node {i}, fault {fault}"
+                );
+            }
+            // the phases change something: 2 to 4 taints per node
+            let added = expected(&defs, i, operator_phase(true)).len()
+                - expected(&defs, i, operator_phase(false)).len();
+            assert!((2..=4).contains(&added), "node {i} gains {added}");
+        }
+    }
+
+    #[test]
+    fn the_baseline_writes_the_taints_the_observer_expects() {
+        let defs = policy_defs(10, "ns");
+        let by_group = fault_taints_by_group(&defs);
+        let key = |t: &Taint| format!("{}:{}", t.key, t.effect);
+        for i in 0..GROUPS {
+            let mut written: BTreeSet<String> = standing_taints(&defs).iter().map(key).collect();
+            written.extend(by_group[group_of(i)].iter().map(key));
+            assert_eq!(written, expected(&defs, i, baseline_phase(true)));
+        }
     }
 }
