@@ -1105,6 +1105,21 @@ fn start_baseline(
     (handle, synced)
 }
 
+/// The node's new taint list: `mine` all on when `want`, all off otherwise, the other
+/// taints kept in their order; `None` when the node is already so.
+fn baseline_taints(taints: Vec<Taint>, mine: &[Taint], want: bool) -> Option<Vec<Taint>> {
+    let is_mine = |t: &Taint| mine.iter().any(|m| m.key == t.key && m.effect == t.effect);
+    let present = taints.iter().filter(|t| is_mine(t)).count();
+    if present == if want { mine.len() } else { 0 } {
+        return None;
+    }
+    let mut new: Vec<Taint> = taints.into_iter().filter(|t| !is_mine(t)).collect();
+    if want {
+        new.extend(mine.iter().cloned());
+    }
+    Some(new)
+}
+
 async fn baseline_reconcile(
     api: &Api<Node>,
     node: Node,
@@ -1126,15 +1141,9 @@ async fn baseline_reconcile(
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let is_mine = |t: &Taint| mine.iter().any(|m| m.key == t.key && m.effect == t.effect);
-    let present = taints.iter().filter(|t| is_mine(t)).count();
-    if present == if want { mine.len() } else { 0 } {
+    let Some(new) = baseline_taints(taints, mine, want) else {
         return;
-    }
-    let mut new: Vec<Taint> = taints.into_iter().filter(|t| !is_mine(t)).collect();
-    if want {
-        new.extend(mine.iter().cloned());
-    }
+    };
     let rv = node.metadata.resource_version.clone().unwrap_or_default();
     let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})];
     if new.is_empty() {
@@ -1186,13 +1195,7 @@ async fn baseline_rounds(
 ) -> Result {
     let (n, c) = (args.nodes, args.concurrency);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    world.baseline_standing = true;
-    set_standing_taints(client, defs, n, c, true).await?;
-    observer.begin(expected_all(defs, n, world));
-    observer
-        .wait_all_right(timeout)
-        .await
-        .map_err(|e| format!("the baseline's standing taints: {e}"))?;
+    set_standing_taints(args, client, defs, observer, &mut world, true).await?;
     let counters = Arc::new(BaselineCounters::default());
     let (task, synced) = start_baseline(
         client_from(kubeconfig).await?,
@@ -1273,26 +1276,22 @@ async fn baseline_rounds(
     if errors > 0 {
         bail!("the baseline had {errors} failed patches");
     }
-    world.baseline_standing = false;
-    set_standing_taints(client, defs, n, c, false).await?;
-    observer.begin(expected_all(defs, n, world));
-    observer
-        .wait_all_right(timeout)
-        .await
-        .map_err(|e| format!("removing the baseline's standing taints: {e}"))?;
-    Ok(())
+    set_standing_taints(args, client, defs, observer, &mut world, false).await
 }
 
-/// Puts the standing taints on every node, or takes every taint off. Only between
-/// baseline rounds: the nodes carry no other taint then, and the operator never sees
-/// these (it would rightly call them someone else's).
+/// Puts the standing taints on every node, or takes every taint off, and waits until
+/// the observer sees every node so. Only around the baseline's rounds: the nodes
+/// carry no other taint then, and the operator never sees these (it would rightly
+/// call them someone else's).
 async fn set_standing_taints(
+    args: &Args,
     client: &Client,
     defs: &[PolicyDef],
-    n: usize,
-    concurrency: usize,
+    observer: &Observer,
+    world: &mut World,
     on: bool,
 ) -> Result {
+    let (n, concurrency) = (args.nodes, args.concurrency);
     let api: Api<Node> = Api::all(client.clone());
     let taints = if on {
         json!(standing_taints(defs))
@@ -1315,6 +1314,12 @@ async fn set_standing_taints(
         })
     })
     .await?;
+    world.baseline_standing = on;
+    observer.begin(expected_all(defs, n, *world));
+    observer
+        .wait_all_right(Duration::from_secs(args.phase_timeout_secs))
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
     Ok(())
 }
 
@@ -2833,6 +2838,38 @@ mod tests {
                 - expected(&defs, i, operator_phase(false)).len();
             assert!((2..=4).contains(&added), "node {i} gains {added}");
         }
+    }
+
+    #[test]
+    fn the_baseline_changes_only_its_own_taints_and_only_when_needed() {
+        let t = |key: &str, effect: &str| Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Taint::default()
+        };
+        let mine = [t("f/a", "NoSchedule"), t("f/b", "NoExecute")];
+        let foreign = t("other", "NoSchedule");
+        // a fault: the missing one and the present one end up once each, foreign kept first
+        assert_eq!(
+            baseline_taints(vec![foreign.clone(), mine[1].clone()], &mine, true),
+            Some(vec![foreign.clone(), mine[0].clone(), mine[1].clone()])
+        );
+        // all there, or all gone: nothing to write
+        assert_eq!(
+            baseline_taints(vec![mine[1].clone(), mine[0].clone()], &mine, true),
+            None
+        );
+        assert_eq!(baseline_taints(vec![foreign.clone()], &mine, false), None);
+        // recovery keeps the foreign taint, and the same key with another effect
+        let same_key = t("f/a", "NoExecute");
+        assert_eq!(
+            baseline_taints(
+                vec![mine[0].clone(), same_key.clone(), foreign.clone()],
+                &mine,
+                false
+            ),
+            Some(vec![same_key, foreign])
+        );
     }
 
     #[test]
