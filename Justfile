@@ -20,7 +20,7 @@ e2e:
 
 # Decision-core benchmarks (criterion).
 bench:
-    cargo bench -p taint-operator --bench evaluate
+    cargo bench -p taint-operator-engine --bench evaluate
 
 # What CI runs.
 ci:

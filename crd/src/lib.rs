@@ -13,7 +13,7 @@ pub use selector::{LabelSelector, LabelSelectorRequirement, SelectorOperator};
 pub use types::*;
 pub use validation::{FieldError, validate_policy};
 
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 
 /// The CRD as YAML, exactly as `taint-operator crd` prints it and the chart ships it.
 pub fn crd_yaml() -> String {

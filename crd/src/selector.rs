@@ -6,10 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use kube::KubeSchema;
+use kube_derive::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
     /// Labels that must all be present with exactly these values.
@@ -24,7 +25,7 @@ pub struct LabelSelector {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(
+#[x_kube(crates(kube_core = "::kube_core"), validation = Rule::new(
     "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)"
 ).message("values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"))]
 pub struct LabelSelectorRequirement {

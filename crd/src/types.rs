@@ -2,7 +2,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Condition, util::intstr::IntOrString};
-use kube::{CustomResource, KubeSchema};
+use kube_derive::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::LabelSelector;
@@ -20,6 +20,8 @@ pub const FIELD_MANAGER: &str = "taint-operator";
 /// Taint a node while its conditions say it is broken, or until it is ready.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
+    // Core and derive crates, not the `kube` facade: see Cargo.toml.
+    crates(kube_core = "::kube_core", kube = "::kube_derive"),
     group = "nodetaint.io",
     version = "v1alpha1",
     kind = "TaintPolicy",
@@ -29,7 +31,6 @@ pub const FIELD_MANAGER: &str = "taint-operator";
     doc = "TaintPolicy declares taints that the operator keeps on the nodes it selects while matchers match or until readiness is satisfied.",
     selectable = ".spec.mode",
     selectable = ".spec.dryRun",
-    cel,
     printcolumn(
         name = "Taints",
         type_ = "string",
@@ -72,6 +73,7 @@ pub const FIELD_MANAGER: &str = "taint-operator";
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
+    crates(kube_core = "::kube_core"),
     validation = Rule::new("size(self.matchers) > 0 || has(self.readiness)")
         .message("at least one of spec.matchers or spec.readiness must be given"),
     validation = Rule::new("self.mode != 'BootstrapOnly' || has(self.readiness)")
@@ -114,6 +116,7 @@ pub struct TaintPolicySpec {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyTaint {
     /// A qualified name: an optional DNS subdomain prefix and `/`, then a name of at most 63 characters.
@@ -185,6 +188,7 @@ pub enum Mode {
 
 /// Matches when ALL its conditions match.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct Matcher {
     #[schemars(length(min = 1, max = 8))]
@@ -192,6 +196,7 @@ pub struct Matcher {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionMatcher {
     /// The node condition type, e.g. `NetworkInterfaceCard`.
@@ -217,7 +222,7 @@ pub struct ConditionMatcher {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("size(self.conditions) > 0 || size(self.criticalPods) > 0")
+#[x_kube(crates(kube_core = "::kube_core"), validation = Rule::new("size(self.conditions) > 0 || size(self.criticalPods) > 0")
     .message("spec.readiness needs at least one condition or critical pod"))]
 pub struct Readiness {
     #[serde(default)]
@@ -229,6 +234,7 @@ pub struct Readiness {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadinessCondition {
     #[serde(rename = "type")]
@@ -240,6 +246,7 @@ pub struct ReadinessCondition {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct CriticalPod {
     /// A label for status and events.

@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 use serde_json::Value;
 
 use crate::TaintPolicy;
@@ -54,7 +54,7 @@ pub fn validate_policy(object: &Value) -> Result<(), Vec<FieldError>> {
     }
     if errors.is_empty() {
         // CEL rules only make sense on a structurally valid object.
-        if let Err(cel) = kube::core::cel::Validator::new().validate(schema(), object, None) {
+        if let Err(cel) = kube_core::cel::Validator::new().validate(schema(), object, None) {
             errors.extend(cel.into_vec().into_iter().map(|e| FieldError {
                 path: if e.field_path.is_empty() {
                     "spec".into()

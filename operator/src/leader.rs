@@ -17,7 +17,7 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 
-use crate::error::{Error, Result};
+use crate::controller::error::{Error, Result};
 
 pub struct LeaderElector {
     api: Api<Lease>,

@@ -2,10 +2,10 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand};
 use taint_operator::{
-    plan_cmd::{self, Output, PlanArgs},
+    plan::{self, Output, PlanArgs},
     run::{RunConfig, run},
-    telemetry::{self, LogFormat},
-    webhook::WebhookConfig,
+    serve::webhook::WebhookConfig,
+    telemetry::logs::{self as telemetry, LogFormat},
 };
 
 /// Keeps node taints right, declaratively.
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
             now,
             output,
         } => {
-            match plan_cmd::run(&PlanArgs {
+            match plan::run(&PlanArgs {
                 policy_files: policies,
                 cluster_files: cluster,
                 now,

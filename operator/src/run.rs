@@ -6,13 +6,13 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
-    Api, Client, Config, ResourceExt,
+    Api, Client, Config,
     api::ListParams,
     client::ClientBuilder,
     runtime::{
-        Controller, WatchStreamExt,
-        reflector::{self, ObjectRef, store::Writer},
-        watcher::{self, Event},
+        Controller,
+        reflector::{self, ObjectRef},
+        watcher,
     },
 };
 use taint_operator_crd::TaintPolicy;
@@ -20,23 +20,21 @@ use tokio::sync::{mpsc, watch};
 use tracing::instrument::WithSubscriber;
 
 use crate::{
-    api_metrics::ApiMetricsLayer,
-    context::{Context, ContextOptions},
-    http,
+    cache::{node_cache::CachedNode, pod_watch::PodWatches},
+    controller::{
+        context::{Context, ContextOptions},
+        node_queue::NodeQueue,
+        node_reconciler, policy_reconciler, policy_status,
+        watches::{drive_nodes, feed_node_queue, sync_gate, watch_policies},
+    },
     leader::LeaderElector,
-    metrics::Metrics,
-    node_cache::CachedNode,
-    node_queue::NodeQueue,
-    node_reconciler,
-    pod_watch::PodWatches,
-    policy_reconciler,
-    policy_set::PolicySet,
-    policy_status,
+    serve::http,
+    telemetry::{api_metrics::ApiMetricsLayer, metrics::Metrics},
 };
 
 pub struct RunConfig {
     pub metrics_addr: SocketAddr,
-    pub webhook: Option<crate::webhook::WebhookConfig>,
+    pub webhook: Option<crate::serve::webhook::WebhookConfig>,
     pub leader_elect: bool,
     pub lease_name: String,
     pub lease_namespace: String,
@@ -202,7 +200,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         shutdown.clone(),
     ));
     if let Some(webhook) = &cfg.webhook {
-        crate::webhook::start(webhook, ctx.clone(), shutdown.clone())
+        crate::serve::webhook::start(webhook, ctx.clone(), shutdown.clone())
             .await
             .map_err(StartupError::Webhook)?;
     }
@@ -303,160 +301,6 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     }
     tracing::info!("shut down");
     Ok(())
-}
-
-/// Queues the nodes the watches name, and every cached node when the policies change.
-async fn feed_node_queue(
-    ctx: Arc<Context>,
-    queue: Arc<NodeQueue>,
-    mut changed: mpsc::UnboundedReceiver<ObjectRef<CachedNode>>,
-    mut all: mpsc::UnboundedReceiver<()>,
-) {
-    loop {
-        tokio::select! {
-            Some(node) = changed.recv() => queue.touch(&node.name),
-            Some(()) = all.recv() => {
-                for node in ctx.nodes.state() {
-                    queue.touch(node.name());
-                }
-            }
-            else => return,
-        }
-    }
-}
-
-/// Fills the node cache, names every touched node to the node queue, and records
-/// when the first full list is in.
-async fn drive_nodes(
-    ctx: Arc<Context>,
-    api: Api<CachedNode>,
-    writer: Writer<CachedNode>,
-    touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
-) {
-    let mut stream = watcher::watcher(api, node_list_pages())
-        .default_backoff()
-        .reflect(writer)
-        .boxed();
-    while let Some(event) = stream.next().await {
-        let node = match event {
-            Ok(Event::Apply(n) | Event::InitApply(n)) => {
-                ctx.node_seen(n.name());
-                n
-            }
-            // A deleted node needs nothing from us; the cap ledger forgets it by itself.
-            Ok(Event::Delete(n)) => {
-                ctx.node_seen(n.name());
-                continue;
-            }
-            Ok(Event::Init) => continue,
-            Ok(Event::InitDone) => {
-                ctx.nodes_synced
-                    .store(true, std::sync::atomic::Ordering::Release);
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "node watch failed; retrying");
-                continue;
-            }
-        };
-        if touched.send(ObjectRef::new(node.name())).is_err() {
-            return;
-        }
-    }
-}
-
-/// Node lists come in small pages: each page is held whole, as text and decoded,
-/// while it is read, and a kubelet's Node is about 10 kB of JSON.
-fn node_list_pages() -> watcher::Config {
-    watcher::Config::default().page_size(100)
-}
-
-/// Pod lists are label-selected, and an API server that reads them from etcd scans
-/// every pod of the namespace for each page: small pages would make the first sync
-/// take minutes at 150,000 pods. A pod is about 3 kB of JSON.
-pub fn pod_list_pages() -> watcher::Config {
-    watcher::Config::default().page_size(500)
-}
-
-/// The same watch event holding the full type (the slim wrappers only change decoding).
-pub fn slim_event<S, K>(event: Event<S>, unwrap: impl Fn(S) -> K) -> Event<K> {
-    match event {
-        Event::Apply(o) => Event::Apply(unwrap(o)),
-        Event::Delete(o) => Event::Delete(unwrap(o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(unwrap(o)),
-        Event::InitDone => Event::InitDone,
-    }
-}
-
-/// Keeps the compiled policy set current. Only changes that matter to decisions
-/// (a new, edited or deleted policy) re-evaluate nodes; our own status writes do not.
-async fn watch_policies(
-    ctx: Arc<Context>,
-    writer: Writer<TaintPolicy>,
-    all_nodes: mpsc::UnboundedSender<()>,
-) {
-    let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .boxed();
-    let mut last: Option<Vec<(String, Option<i64>, bool)>> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
-                ctx.policies_synced
-                    .store(true, std::sync::atomic::Ordering::Release);
-                let policies = ctx.policies.state();
-                let mut signature: Vec<_> = policies
-                    .iter()
-                    .map(|p| {
-                        (
-                            p.uid().unwrap_or_default(),
-                            p.metadata.generation,
-                            p.metadata.deletion_timestamp.is_some(),
-                        )
-                    })
-                    .collect();
-                signature.sort();
-                if last.as_ref() == Some(&signature) {
-                    continue;
-                }
-                last = Some(signature);
-                let set = PolicySet::from_resources(policies.iter().map(|p| p.as_ref()));
-                ctx.caps
-                    .lock()
-                    .expect("cap ledger lock")
-                    .forget_uncapped(&set);
-                ctx.pod_watches.update(&set);
-                ctx.set_policy_set(set);
-                let _ = all_nodes.send(());
-                ctx.status_refresh.notify_one();
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
-        }
-    }
-}
-
-/// Opens the gate once policies, nodes and every needed pod watch have listed.
-/// (It reads flags set by our own watch tasks rather than awaiting the stores:
-/// a store's readiness wakes only one waiter.)
-async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
-    use std::sync::atomic::Ordering::Acquire;
-    while !(ctx.policies_synced.load(Acquire)
-        && ctx.nodes_synced.load(Acquire)
-        && ctx.pod_watches.synced_for(&ctx.policy_set()))
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tracing::info!(
-        nodes = ctx.nodes.state().len(),
-        policies = ctx.policies.state().len(),
-        "caches synced"
-    );
-    crate::memory::release_free_memory();
-    let _ = synced.send(true);
 }
 
 async fn shutdown_signal() {

@@ -17,7 +17,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
 use kube::api::ObjectMeta;
-use taint_operator::pod_cache::PodCache;
+use taint_operator::cache::pod_cache::PodCache;
 
 /// The system allocator, counting the bytes asked for that are still allocated.
 struct Counting;

@@ -4,16 +4,15 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 use support::{
-    harness, node, pod, policy, scenario,
+    NoExecute, NoSchedule, cond, harness, match_labels, pod, policy, scenario, served_node,
     verifier::{assert_event, conflict, node_invalid, patch_not_applied, test_failed},
 };
-use taint_operator::node_queue::Next;
+use taint_operator::controller::node_queue::Next;
 use taint_operator::{
-    node_reconciler::{HELD_BACK_RECHECK, reconcile_named, reconcile_node},
-    node_writer::MAX_ATTEMPTS,
+    controller::node_reconciler::{HELD_BACK_RECHECK, reconcile_named, reconcile_node},
+    controller::node_writer::MAX_ATTEMPTS,
 };
 use taint_operator_crd::{TaintEffect, TaintPolicy};
 
@@ -22,12 +21,12 @@ const NIC: &str = "NetworkInterfaceCard";
 /// Taints `example.com/nic-broken=true:NoExecute` while the NIC is Kaput or Ruined.
 fn nic_policy() -> TaintPolicy {
     policy("nic-broken")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("true"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput|Ruined")
+        .matcher([cond(NIC, "Kaput|Ruined")])
         .build()
 }
 
@@ -54,7 +53,7 @@ fn node_ref(name: &str) -> Value {
 
 #[tokio::test]
 async fn a_node_deleted_before_its_turn_is_skipped_without_a_request() {
-    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
     let metrics = h.metrics();
     let next = scenario(
@@ -70,9 +69,9 @@ async fn a_node_deleted_before_its_turn_is_skipped_without_a_request() {
 
 #[tokio::test]
 async fn add_one_patch_with_foreign_taints_kept_then_an_event() {
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Kaput")
-        .taint("example.com/foreign", None, "NoSchedule")
+        .taint_opt("example.com/foreign", None, NoSchedule)
         .build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
     let metrics = h.metrics();
@@ -118,7 +117,7 @@ async fn add_one_patch_with_foreign_taints_kept_then_an_event() {
 
 #[tokio::test]
 async fn add_creates_the_annotation_map_on_a_node_without_annotations() {
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .without_annotations()
         .condition(NIC, "Ruined")
         .build();
@@ -151,10 +150,10 @@ async fn add_creates_the_annotation_map_on_a_node_without_annotations() {
 
 #[tokio::test]
 async fn remove_an_owned_taint_and_the_annotation_when_nothing_is_left() {
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Healthy")
-        .taint("example.com/foreign", None, "NoSchedule")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint_opt("example.com/foreign", None, NoSchedule)
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
         .build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
@@ -200,9 +199,9 @@ async fn remove_an_owned_taint_and_the_annotation_when_nothing_is_left() {
 
 #[tokio::test]
 async fn remove_the_last_taint_removes_the_list() {
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Healthy")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
         .build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
@@ -232,14 +231,14 @@ async fn remove_the_last_taint_removes_the_list() {
 #[tokio::test]
 async fn remove_one_of_two_owned_taints_rewrites_the_annotation() {
     let disk = policy("disk-full")
-        .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
-        .matcher("DiskPressure", "True")
+        .taint_opt("example.com/disk-full", None, TaintEffect::NoSchedule)
+        .matcher([cond("DiskPressure", "True")])
         .build();
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Healthy")
         .condition("DiskPressure", "True")
-        .taint("example.com/disk-full", None, "NoSchedule")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint_opt("example.com/disk-full", None, NoSchedule)
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[
             ("example.com/disk-full:NoSchedule", "disk-full"),
             ("example.com/nic-broken:NoExecute", "nic-broken"),
@@ -270,17 +269,17 @@ async fn remove_one_of_two_owned_taints_rewrites_the_annotation() {
 /// The first patch is refused because the node changed (someone added a taint);
 /// the operator re-reads it and writes a patch built on the fresh node.
 async fn retry_after(refusal: Value) {
-    let cached = node("n1")
+    let cached = served_node("n1")
         .condition(NIC, "Kaput")
-        .taint("example.com/foreign", None, "NoSchedule")
+        .taint_opt("example.com/foreign", None, NoSchedule)
         .build();
     let (h, mut api) = harness(&[nic_policy()], std::slice::from_ref(&cached));
     // Meanwhile, on the server: an admin added a taint.
-    let fresh = node("n1")
+    let fresh = served_node("n1")
         .resource_version("101")
         .condition(NIC, "Kaput")
-        .taint("example.com/foreign", None, "NoSchedule")
-        .taint("example.com/admin", Some("maintenance"), "NoSchedule")
+        .taint_opt("example.com/foreign", None, NoSchedule)
+        .taint_opt("example.com/admin", Some("maintenance"), NoSchedule)
         .build();
     api.nodes
         .insert("n1".into(), serde_json::to_value(&fresh).unwrap());
@@ -341,7 +340,7 @@ async fn failed_test_422_naming_the_test_rereads() {
 
 #[tokio::test]
 async fn a_422_validation_error_is_not_retried() {
-    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
     let metrics = h.metrics();
     let result = scenario(
@@ -373,7 +372,7 @@ async fn a_422_validation_error_is_not_retried() {
 // Paused time: the backoff between attempts adds up to more than half a second.
 #[tokio::test(start_paused = true)]
 async fn conflicts_that_never_end_give_up_after_the_last_attempt() {
-    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
     let metrics = h.metrics();
     let result = scenario(
@@ -412,23 +411,23 @@ async fn conflicts_that_never_end_give_up_after_the_last_attempt() {
 async fn converged_nodes_get_no_request_at_all() {
     let nodes = [
         // Tainted and owned while the NIC is broken.
-        node("tainted")
+        served_node("tainted")
             .condition(NIC, "Kaput")
-            .taint("example.com/foreign", None, "NoSchedule")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/foreign", None, NoSchedule)
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
             .build(),
         // Healthy and clean.
-        node("clean").condition(NIC, "Healthy").build(),
+        served_node("clean").condition(NIC, "Healthy").build(),
         // Someone else put the same taint there: never adopted, never duplicated.
-        node("foreign-same-taint")
+        served_node("foreign-same-taint")
             .condition(NIC, "Kaput")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .build(),
         // And it is never removed either when the NIC heals.
-        node("foreign-healed")
+        served_node("foreign-healed")
             .condition(NIC, "Healthy")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .build(),
     ];
     let (h, api) = harness(&[nic_policy()], &nodes);
@@ -455,7 +454,7 @@ async fn a_for_window_still_running_writes_nothing_and_comes_back_when_it_ends()
     let mut p = nic_policy();
     p.spec.matchers[0].conditions[0].for_ = Some("90m".into());
     // The condition changed at 11:00, the clock says 12:00: 30 minutes to go.
-    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[p], &[n1]);
     let action = scenario(
         h,
@@ -473,17 +472,17 @@ async fn a_for_window_still_running_writes_nothing_and_comes_back_when_it_ends()
 #[tokio::test]
 async fn max_tainted_nodes_taints_the_first_node_and_holds_the_second() {
     let capped = policy("nic-broken")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("true"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput|Ruined")
-        .max_tainted(IntOrString::Int(1))
+        .matcher([cond(NIC, "Kaput|Ruined")])
+        .max_tainted(1)
         .build();
     let nodes = [
-        node("n1").condition(NIC, "Kaput").build(),
-        node("n2").condition(NIC, "Kaput").build(),
+        served_node("n1").condition(NIC, "Kaput").build(),
+        served_node("n2").condition(NIC, "Kaput").build(),
     ];
     let (h, api) = harness(&[capped], &nodes);
     let (first, second, again) = scenario(
@@ -523,21 +522,21 @@ async fn max_tainted_nodes_taints_the_first_node_and_holds_the_second() {
 #[tokio::test]
 async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
     let capped = policy("nic-broken")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("true"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput|Ruined")
-        .max_tainted(IntOrString::String("50%".into()))
+        .matcher([cond(NIC, "Kaput|Ruined")])
+        .max_tainted_str("50%")
         .build();
     let nodes = [
-        node("n1")
+        served_node("n1")
             .condition(NIC, "Healthy")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
             .build(),
-        node("n2").condition(NIC, "Kaput").build(),
+        served_node("n2").condition(NIC, "Kaput").build(),
     ];
     let (h, api) = harness(&[capped], &nodes);
     let (held, woken) = scenario(
@@ -593,10 +592,14 @@ async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
 #[tokio::test]
 async fn readiness_policies_wait_for_their_pod_watches_before_writing() {
     let p = policy("cni-not-ready")
-        .taint("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
-        .critical_pod("istio-cni", "kube-system", "istio")
+        .taint_opt("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
+        .critical_pod(
+            "istio-cni",
+            "kube-system",
+            match_labels(&[("app", "istio")]),
+        )
         .build();
-    let n1 = node("n1").build();
+    let n1 = served_node("n1").build();
     let (h, api) = harness(&[p], &[n1]);
     let action = scenario(
         h,
@@ -611,10 +614,14 @@ async fn readiness_policies_wait_for_their_pod_watches_before_writing() {
 #[tokio::test]
 async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
     let p = policy("cni-not-ready")
-        .taint("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
-        .critical_pod("istio-cni", "kube-system", "istio")
+        .taint_opt("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
+        .critical_pod(
+            "istio-cni",
+            "kube-system",
+            match_labels(&[("app", "istio")]),
+        )
         .build();
-    let n1 = node("n1").build();
+    let n1 = served_node("n1").build();
     let (h, api) = harness(&[p], &[n1]);
     {
         let mut pods = h.ctx.pods.write().unwrap();
@@ -622,21 +629,21 @@ async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
             pod("kube-system", "istio-cni-b")
                 .on("n1")
                 .label("app", "istio")
-                .ready(false),
+                .not_ready(),
             pod("kube-system", "istio-cni-a")
                 .on("n1")
                 .label("app", "istio")
-                .ready(false),
+                .not_ready(),
             // Ready, but on another node.
             pod("kube-system", "istio-cni-c")
                 .on("n2")
                 .label("app", "istio")
-                .ready(true),
+                .ready(),
             // Ready, on the node, but not selected.
             pod("kube-system", "other")
                 .on("n1")
                 .label("app", "other")
-                .ready(true),
+                .ready(),
         ] {
             pods.upsert(1, &p.build());
         }
@@ -669,7 +676,7 @@ async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
             // converge_node is what reconcile_node runs once the pod watches have listed.
             let set = h.ctx.policy_set();
             let n1 = (*h.node("n1")).clone();
-            taint_operator::node_reconciler::converge_node(&h.ctx, &set, n1)
+            taint_operator::controller::node_reconciler::converge_node(&h.ctx, &set, n1)
                 .await
                 .unwrap()
         },
@@ -683,21 +690,21 @@ async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
 #[tokio::test]
 async fn max_tainted_nodes_counts_nodes_already_tainted_before_a_restart() {
     let capped = policy("nic-broken")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("true"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput|Ruined")
-        .max_tainted(IntOrString::Int(1))
+        .matcher([cond(NIC, "Kaput|Ruined")])
+        .max_tainted(1)
         .build();
     let nodes = [
-        node("n1")
+        served_node("n1")
             .condition(NIC, "Kaput")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
             .build(),
-        node("n2").condition(NIC, "Kaput").build(),
+        served_node("n2").condition(NIC, "Kaput").build(),
     ];
     let (h, api) = harness(&[capped], &nodes);
     let action = scenario(
@@ -720,11 +727,11 @@ async fn max_tainted_nodes_counts_nodes_already_tainted_before_a_restart() {
 #[tokio::test]
 async fn two_policies_adding_in_one_write_share_one_event() {
     let disk = policy("disk-full")
-        .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
-        .matcher("DiskPressure", "True")
+        .taint_opt("example.com/disk-full", None, TaintEffect::NoSchedule)
+        .matcher([cond("DiskPressure", "True")])
         .created("2026-01-02T00:00:00Z")
         .build();
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Kaput")
         .condition("DiskPressure", "True")
         .build();
@@ -765,7 +772,7 @@ async fn two_policies_adding_in_one_write_share_one_event() {
 /// the cached one it replaced, which would only lose a conflict.
 #[tokio::test]
 async fn a_reconcile_before_the_cache_sees_our_write_plans_on_the_written_node() {
-    let n1 = node("n1").condition(NIC, "Ruined").build();
+    let n1 = served_node("n1").condition(NIC, "Ruined").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
     scenario(
         h,

@@ -9,12 +9,13 @@ use http::Method;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use support::{
-    harness, harness_with_grace, node, policy, ready_condition, scenario,
+    NoExecute, NoSchedule, cond, harness, harness_with_grace, policy, ready_condition, scenario,
+    served_node,
     verifier::{EVENTS_PATH, FIELD_MANAGER_QUERY, JSON_PATCH, MERGE_PATCH, assert_event},
 };
 use taint_operator::{
-    context::CleanupGrace, node_reconciler::reconcile_node, policy_reconciler::reconcile_policy,
-    policy_status::refresh_all,
+    controller::context::CleanupGrace, controller::node_reconciler::reconcile_node,
+    controller::policy_reconciler::reconcile_policy, controller::policy_status::refresh_all,
 };
 use taint_operator_crd::{Mode, TaintEffect, TaintPolicy, TaintPolicyStatus};
 
@@ -25,12 +26,12 @@ const BOOTSTRAPPED_PATH: &str = "/metadata/annotations/nodetaint.io~1bootstrappe
 
 fn nic_policy() -> support::PolicyBuilder {
     policy("nic-broken")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("true"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput|Ruined")
+        .matcher([cond(NIC, "Kaput|Ruined")])
 }
 
 fn test_rv(rv: &str) -> Value {
@@ -119,7 +120,7 @@ async fn the_finalizer_is_appended_after_someone_elses() {
 #[tokio::test]
 async fn a_finalized_policy_sends_nothing_and_wakes_the_status_writer() {
     let p = nic_policy().build();
-    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[p], &[n1]);
     scenario(
         h,
@@ -145,15 +146,15 @@ async fn a_finalized_policy_sends_nothing_and_wakes_the_status_writer() {
 /// A BootstrapOnly readiness policy, deleted: its finalizer holds it.
 fn cni_policy() -> support::PolicyBuilder {
     policy("cni-not-ready")
-        .taint("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
-        .readiness_condition("example.net/NetworkReady", "True")
+        .taint_opt("example.com/cni-not-ready", None, TaintEffect::NoSchedule)
+        .ready_when("example.net/NetworkReady", "True")
         .mode(Mode::BootstrapOnly)
 }
 
 fn other_policy() -> TaintPolicy {
     policy("disk-full")
-        .taint("example.com/disk-full", None, TaintEffect::NoSchedule)
-        .matcher("DiskPressure", "True")
+        .taint_opt("example.com/disk-full", None, TaintEffect::NoSchedule)
+        .matcher([cond("DiskPressure", "True")])
         .build()
 }
 
@@ -167,16 +168,16 @@ async fn deleting_a_policy_cleans_every_node_that_mentions_it_then_drops_the_fin
     ]);
     let nodes = [
         // Still not ready: carries the owned taint, next to someone else's.
-        node("n1")
-            .taint("example.com/foreign", None, "NoSchedule")
-            .taint("example.com/cni-not-ready", None, "NoSchedule")
+        served_node("n1")
+            .taint_opt("example.com/foreign", None, NoSchedule)
+            .taint_opt("example.com/cni-not-ready", None, NoSchedule)
             .owned(&[("example.com/cni-not-ready:NoSchedule", "cni-not-ready")])
             .build(),
         // Completed long ago: only its bootstrap record, next to another policy's taint.
-        node("n2")
+        served_node("n2")
             .condition("example.net/NetworkReady", "True")
             .condition("DiskPressure", "True")
-            .taint("example.com/disk-full", None, "NoSchedule")
+            .taint_opt("example.com/disk-full", None, NoSchedule)
             .owned(&[("example.com/disk-full:NoSchedule", "disk-full")])
             .annotation(
                 "nodetaint.io/bootstrapped",
@@ -184,8 +185,8 @@ async fn deleting_a_policy_cleans_every_node_that_mentions_it_then_drops_the_fin
             )
             .build(),
         // Does not mention the policy: an identical taint someone else put there stays.
-        node("n3")
-            .taint("example.com/cni-not-ready", None, "NoSchedule")
+        served_node("n3")
+            .taint_opt("example.com/cni-not-ready", None, NoSchedule)
             .build(),
     ];
     // The policy watcher has not seen the deletion yet: the set still has it live.
@@ -289,9 +290,9 @@ fn assert_cleanup_event(event: &serde_json::Value) {
 #[tokio::test]
 async fn a_failed_cleanup_keeps_the_finalizer() {
     let deleting = nic_policy().deleting().build();
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Kaput")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
         .build();
     let (h, api) = harness(std::slice::from_ref(&deleting), &[n1]);
@@ -321,11 +322,11 @@ async fn a_failed_cleanup_keeps_the_finalizer() {
 #[tokio::test]
 async fn cleanup_leaves_the_nodes_to_the_node_controller() {
     let deleting = nic_policy().deleting().build();
-    let tainted = node("n1")
+    let tainted = served_node("n1")
         .condition(NIC, "Kaput")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")]);
-    let cleaned = node("n1").condition(NIC, "Kaput").build();
+    let cleaned = served_node("n1").condition(NIC, "Kaput").build();
     let grace = CleanupGrace {
         watcher: Duration::ZERO,
         node_controller: Duration::from_secs(5),
@@ -365,9 +366,9 @@ async fn cleanup_leaves_the_nodes_to_the_node_controller() {
 #[tokio::test]
 async fn cleanup_writes_what_the_node_controller_left() {
     let deleting = nic_policy().deleting().build();
-    let n1 = node("n1")
+    let n1 = served_node("n1")
         .condition(NIC, "Kaput")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
         .build();
     let grace = CleanupGrace {
@@ -406,8 +407,8 @@ async fn cleanup_writes_what_the_node_controller_left() {
 async fn a_deleted_policy_without_our_finalizer_is_left_alone() {
     let mut p = nic_policy().deleting().build();
     p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
-    let n1 = node("n1")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
+    let n1 = served_node("n1")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
         .build();
     let (h, api) = harness(std::slice::from_ref(&p), &[n1]);
@@ -450,15 +451,15 @@ async fn expect_status(api: &mut support::ApiServerVerifier, policy: &TaintPolic
 
 fn two_taint_policy() -> support::PolicyBuilder {
     nic_policy()
-        .taint("example.com/nic-broken", None, TaintEffect::NoSchedule)
+        .taint_opt("example.com/nic-broken", None, TaintEffect::NoSchedule)
         .generation(3)
 }
 
 fn broken_and_tainted(name: &str) -> k8s_openapi::api::core::v1::Node {
-    node(name)
+    served_node(name)
         .condition(NIC, "Kaput")
-        .taint("example.com/nic-broken", Some("true"), "NoExecute")
-        .taint("example.com/nic-broken", None, "NoSchedule")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
+        .taint_opt("example.com/nic-broken", None, NoSchedule)
         .owned(&[
             ("example.com/nic-broken:NoExecute", "nic-broken"),
             ("example.com/nic-broken:NoSchedule", "nic-broken"),
@@ -471,7 +472,7 @@ async fn status_is_patched_exactly_once_and_not_again_when_equal() {
     let p = two_taint_policy().build();
     let nodes = [
         broken_and_tainted("zeta"),
-        node("mid").condition(NIC, "Healthy").build(),
+        served_node("mid").condition(NIC, "Healthy").build(),
         broken_and_tainted("alpha"),
     ];
     let (h, api) = harness(std::slice::from_ref(&p), &nodes);
@@ -544,7 +545,7 @@ async fn last_transition_time_moves_only_when_ready_changes() {
     let p = two_taint_policy().status(old).build();
     let nodes = [
         broken_and_tainted("alpha"),
-        node("beta").condition(NIC, "Healthy").build(),
+        served_node("beta").condition(NIC, "Healthy").build(),
     ];
     let (h, api) = harness(std::slice::from_ref(&p), &nodes);
     let still_ready = json!({
@@ -599,7 +600,7 @@ async fn last_transition_time_moves_only_when_ready_changes() {
             p.status = Some(still_ready_status);
             h.put_policy(p);
             // beta's NIC breaks; its taint is not on yet.
-            h.put_node(node("beta").condition(NIC, "Kaput").build());
+            h.put_node(served_node("beta").condition(NIC, "Kaput").build());
             refresh_all(&h.ctx).await.unwrap();
         },
     )
@@ -612,11 +613,11 @@ async fn last_transition_time_moves_only_when_ready_changes() {
 async fn a_dry_run_touches_no_node_and_reports_what_it_would_do() {
     let p = nic_policy().dry_run().build();
     let nodes = [
-        node("n1").condition(NIC, "Kaput").build(),
+        served_node("n1").condition(NIC, "Kaput").build(),
         // Tainted before the policy became a dry run, healed since: frozen, not removed.
-        node("n2")
+        served_node("n2")
             .condition(NIC, "Healthy")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
             .build(),
     ];
@@ -655,7 +656,10 @@ async fn a_dry_run_touches_no_node_and_reports_what_it_would_do() {
         |h| async move {
             for n in ["n1", "n2"] {
                 let action = reconcile_node(h.node(n), h.ctx.clone()).await.unwrap();
-                assert_eq!(action, taint_operator::node_queue::Next::AwaitChange);
+                assert_eq!(
+                    action,
+                    taint_operator::controller::node_queue::Next::AwaitChange
+                );
             }
             refresh_all(&h.ctx).await.unwrap();
         },
@@ -672,19 +676,19 @@ const BAD_REGEX_MESSAGE: &str =
 #[tokio::test]
 async fn an_invalid_regex_changes_no_node_and_says_which_field() {
     let p = policy("bad-regex")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("true"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput(")
+        .matcher([cond(NIC, "Kaput(")])
         .build();
     let nodes = [
-        node("n1").condition(NIC, "Kaput").build(),
+        served_node("n1").condition(NIC, "Kaput").build(),
         // Owned from before the edit broke the spec: frozen.
-        node("n2")
+        served_node("n2")
             .condition(NIC, "Healthy")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .owned(&[("example.com/nic-broken:NoExecute", "bad-regex")])
             .build(),
     ];
@@ -745,14 +749,14 @@ async fn the_newer_of_two_policies_declaring_a_taint_reports_a_conflict() {
     let older = nic_policy().build();
     let newer = policy("nic-broken-too")
         .created("2026-02-01T00:00:00Z")
-        .taint(
+        .taint_opt(
             "example.com/nic-broken",
             Some("other"),
             TaintEffect::NoExecute,
         )
-        .matcher(NIC, "Kaput")
+        .matcher([cond(NIC, "Kaput")])
         .build();
-    let n1 = node("n1").condition(NIC, "Healthy").build();
+    let n1 = served_node("n1").condition(NIC, "Healthy").build();
     let (h, api) = harness(&[newer.clone(), older.clone()], &[n1]);
     scenario(
         h,
@@ -815,7 +819,7 @@ async fn the_newer_of_two_policies_declaring_a_taint_reports_a_conflict() {
 #[tokio::test]
 async fn a_policy_being_deleted_gets_no_status_write() {
     let p = nic_policy().deleting().build();
-    let n1 = node("n1").condition(NIC, "Kaput").build();
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[p], &[n1]);
     scenario(
         h,
@@ -828,16 +832,14 @@ async fn a_policy_being_deleted_gets_no_status_write() {
 
 #[tokio::test]
 async fn a_node_held_back_by_max_tainted_nodes_is_reported_pending() {
-    let p = nic_policy()
-        .max_tainted(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
-        .build();
+    let p = nic_policy().max_tainted(1).build();
     let nodes = [
-        node("n1")
+        served_node("n1")
             .condition(NIC, "Kaput")
-            .taint("example.com/nic-broken", Some("true"), "NoExecute")
+            .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
             .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
             .build(),
-        node("n2").condition(NIC, "Ruined").build(),
+        served_node("n2").condition(NIC, "Ruined").build(),
     ];
     let (h, api) = harness(std::slice::from_ref(&p), &nodes);
     scenario(

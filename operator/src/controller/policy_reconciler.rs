@@ -18,14 +18,13 @@ use kube::{
 use taint_operator_crd::{FINALIZER, TaintPolicy};
 
 use crate::{
-    context::Context,
-    error::{Error, Result},
-    metrics::{ControllerLabel, ErrorLabels},
-    node_cache::CachedNode,
-    node_reconciler::converge_node,
-    policy::CompiledPolicy,
-    policy_set::PolicySet,
+    cache::node_cache::CachedNode,
+    controller::context::Context,
+    controller::error::{Error, Result},
+    controller::node_reconciler::converge_node,
+    telemetry::metrics::{ControllerLabel, ErrorLabels},
 };
+use engine::{policy::CompiledPolicy, policy_set::PolicySet};
 
 const CONTROLLER: ControllerLabel = ControllerLabel {
     controller: "policy",

@@ -16,11 +16,13 @@ use serde_json::json;
 use taint_operator_crd::{FIELD_MANAGER, TaintPolicy, TaintPolicyStatus};
 
 use crate::{
+    controller::context::Context,
+    controller::error::{Error, Result},
+    telemetry::metrics::PolicyLabel,
+};
+use engine::{
     cluster::NodeView,
     cluster_plan::{PolicySummary, Reason, plan_cluster_refs},
-    context::Context,
-    error::{Error, Result},
-    metrics::PolicyLabel,
     node_plan::UnknownPolicies,
 };
 

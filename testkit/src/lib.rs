@@ -1,9 +1,17 @@
-//! Fluent fixtures for the decision core: TaintPolicies, Nodes and Pods as the API
-//! server would hand them to the controller, plus helpers that plan a small cluster
-//! and apply a plan back onto its Nodes so a test can plan again.
+//! Fluent builders for the objects every test suite needs: TaintPolicies, Nodes and
+//! Pods as the API server hands them out, and the fixed clock they are built around.
 //!
-//! Every test crate includes this module but uses a different part of it.
-#![allow(dead_code)]
+//! The one home of object fixtures. It serves the engine's decision and property
+//! tests (`engine/tests/`), the controller tests against a mocked API server
+//! (`tests/tests/`) and the operator's own tests and benchmarks. Suite-specific
+//! helpers stay with their suite: planning a small world in `engine/tests/support`,
+//! the mocked API server and the controller harness in `tests/tests/support`.
+//!
+//! A node comes in two presets: [`node`] is bare (only what a test adds), which is
+//! what the decision rules are easiest to read against; [`served_node`] is a node
+//! as a kubelet registers it (a resourceVersion, a hostname label, an unrelated
+//! annotation, node info, kubelet-style conditions), so the controller tests see
+//! what the node cache has to trim.
 
 use std::collections::BTreeMap;
 
@@ -17,17 +25,11 @@ use k8s_openapi::{
     },
     jiff::{SignedDuration, Timestamp},
 };
-use taint_operator::{
-    cluster::{NodeView, PodIndex},
-    cluster_plan::{PolicySummary, plan_cluster},
-    node_plan::{NodePlan, UnknownPolicies},
-    policy_set::PolicySet,
-};
 use taint_operator_crd::{
-    BOOTSTRAPPED_ANNOTATION, ConditionMatcher, CriticalPod, LabelSelector,
+    BOOTSTRAPPED_ANNOTATION, ConditionMatcher, CriticalPod, FINALIZER, LabelSelector,
     LabelSelectorRequirement, MANAGED_TAINTS_ANNOTATION, Matcher, Mode, POD_READY_ANNOTATION,
     PolicyTaint, Readiness, ReadinessCondition, SelectorOperator, TaintEffect, TaintPolicy,
-    TaintPolicySpec,
+    TaintPolicySpec, TaintPolicyStatus,
 };
 
 pub use taint_operator_crd::TaintEffect::{NoExecute, NoSchedule, PreferNoSchedule};
@@ -37,6 +39,8 @@ pub use taint_operator_crd::TaintEffect::{NoExecute, NoSchedule, PreferNoSchedul
 
 /// The fixed "now" of most tests.
 pub const NOW: &str = "2026-11-20T12:00:00Z";
+/// When a [`served_node`]'s conditions and NoExecute taints last changed: an hour before [`NOW`].
+pub const EARLIER: &str = "2026-11-20T11:00:00Z";
 
 pub fn ts(s: &str) -> Timestamp {
     s.parse()
@@ -123,7 +127,8 @@ impl From<Cond> for ConditionMatcher {
 }
 
 /// `policy("p")`: a Continuous, valid-looking policy named `p` with uid `uid-p`,
-/// created at 2026-01-01T00:00:00Z; add taints and matchers or readiness.
+/// created at 2026-01-01T00:00:00Z, generation 1, carrying the finalizer (as every
+/// policy the operator has seen does); add taints and matchers or readiness.
 pub fn policy(name: &str) -> PolicyBuilder {
     PolicyBuilder {
         policy: TaintPolicy {
@@ -132,7 +137,8 @@ pub fn policy(name: &str) -> PolicyBuilder {
                 uid: Some(format!("uid-{name}")),
                 creation_timestamp: Some(Time(ts("2026-01-01T00:00:00Z"))),
                 generation: Some(1),
-                finalizers: Some(vec![taint_operator_crd::FINALIZER.into()]),
+                resource_version: Some("1".into()),
+                finalizers: Some(vec![FINALIZER.into()]),
                 ..ObjectMeta::default()
             },
             spec: TaintPolicySpec {
@@ -233,6 +239,28 @@ impl PolicyBuilder {
         self
     }
 
+    /// Adds `key=value` to the node selector's `matchLabels`.
+    pub fn select(mut self, key: &str, value: &str) -> Self {
+        self.policy
+            .spec
+            .node_selector
+            .get_or_insert_with(LabelSelector::default)
+            .match_labels
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// As first seen by the operator: no finalizer yet.
+    pub fn unfinalized(mut self) -> Self {
+        self.policy.metadata.finalizers = None;
+        self
+    }
+
+    pub fn status(mut self, status: TaintPolicyStatus) -> Self {
+        self.policy.status = Some(status);
+        self
+    }
+
     pub fn mode(mut self, mode: Mode) -> Self {
         self.policy.spec.mode = mode;
         self
@@ -283,12 +311,50 @@ pub fn node(name: &str) -> NodeBuilder {
             spec: Some(NodeSpec::default()),
             status: Some(NodeStatus::default()),
         },
+        served: false,
     }
+}
+
+/// `served_node("n1")`: a node as a kubelet registers it and the API server serves
+/// it, with what the operator's cache trims away (another annotation, an unrelated
+/// spec field) and a Ready condition. Its [`NodeBuilder::condition`]s read like a
+/// node problem detector's and its NoExecute taints carry `timeAdded`, both at
+/// [`EARLIER`].
+pub fn served_node(name: &str) -> NodeBuilder {
+    let mut b = NodeBuilder {
+        node: Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                resource_version: Some("100".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(format!("fake://{name}")),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus::default()),
+        },
+        served: true,
+    }
+    .label("kubernetes.io/hostname", name)
+    .annotation("node.alpha.kubernetes.io/ttl", "0");
+    b.push_condition(NodeCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        reason: Some("KubeletReady".into()),
+        message: Some("kubelet is posting ready status".into()),
+        last_heartbeat_time: Some(Time(ts(EARLIER))),
+        last_transition_time: Some(Time(ts(EARLIER))),
+    });
+    b
 }
 
 #[derive(Debug, Clone)]
 pub struct NodeBuilder {
     node: Node,
+    /// Built by [`served_node`]: conditions and NoExecute taints get kubelet-style fields.
+    served: bool,
 }
 
 impl NodeBuilder {
@@ -301,9 +367,22 @@ impl NodeBuilder {
         self
     }
 
-    /// A condition that has had `status` since well before any `for` window (a day ago).
-    pub fn condition(self, type_: &str, status: &str) -> Self {
-        self.condition_full(type_, status, None, Some(ago(86_400)))
+    /// A condition that has had `status` since well before any `for` window: a day
+    /// ago, or for a [`served_node`] since [`EARLIER`], with a reason and message as
+    /// a node problem detector reports them.
+    pub fn condition(mut self, type_: &str, status: &str) -> Self {
+        if !self.served {
+            return self.condition_full(type_, status, None, Some(ago(86_400)));
+        }
+        self.push_condition(NodeCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(format!("{type_}Is{status}")),
+            message: Some("reported by a node problem detector".into()),
+            last_heartbeat_time: Some(Time(ts(EARLIER))),
+            last_transition_time: Some(Time(ts(EARLIER))),
+        });
+        self
     }
 
     /// A condition with a reason, transitioned a day ago.
@@ -323,14 +402,7 @@ impl NodeBuilder {
         reason: Option<&str>,
         since: Option<Timestamp>,
     ) -> Self {
-        let conditions = self
-            .node
-            .status
-            .get_or_insert_with(NodeStatus::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
-        conditions.retain(|c| c.type_ != type_);
-        conditions.push(NodeCondition {
+        self.push_condition(NodeCondition {
             type_: type_.into(),
             status: status.into(),
             reason: reason.map(str::to_string),
@@ -340,15 +412,40 @@ impl NodeBuilder {
         self
     }
 
+    /// Replaces the condition of the same type, or adds it.
+    fn push_condition(&mut self, condition: NodeCondition) {
+        let conditions = self
+            .node
+            .status
+            .get_or_insert_with(NodeStatus::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        conditions.retain(|c| c.type_ != condition.type_);
+        conditions.push(condition);
+    }
+
+    pub fn resource_version(mut self, rv: &str) -> Self {
+        self.node.metadata.resource_version = Some(rv.into());
+        self
+    }
+
     pub fn taint(self, key: &str, value: &str, effect: TaintEffect) -> Self {
-        self.taint_opt(key, Some(value), effect, None)
+        self.taint_opt(key, Some(value), effect)
     }
 
     pub fn bare_taint(self, key: &str, effect: TaintEffect) -> Self {
-        self.taint_opt(key, None, effect, None)
+        self.taint_opt(key, None, effect)
     }
 
-    pub fn taint_opt(
+    /// A taint with or without a value; on a [`served_node`] a NoExecute taint was
+    /// added at [`EARLIER`].
+    pub fn taint_opt(self, key: &str, value: Option<&str>, effect: TaintEffect) -> Self {
+        let time_added = (self.served && effect == TaintEffect::NoExecute).then(|| ts(EARLIER));
+        self.taint_at(key, value, effect, time_added)
+    }
+
+    /// A taint with an explicit `timeAdded`.
+    pub fn taint_at(
         mut self,
         key: &str,
         value: Option<&str>,
@@ -380,6 +477,13 @@ impl NodeBuilder {
         map.insert(format!("{key}:{}", effect.as_str()), policy.into());
         self.set_json_annotation(MANAGED_TAINTS_ANNOTATION, &map);
         self
+    }
+
+    /// The whole managed-taints annotation, from `(taint id, policy)` pairs.
+    pub fn owned(self, entries: &[(&str, &str)]) -> Self {
+        let map: BTreeMap<&str, &str> = entries.iter().copied().collect();
+        let value = serde_json::to_string(&map).expect("a string map serializes");
+        self.annotation(MANAGED_TAINTS_ANNOTATION, &value)
     }
 
     /// A bootstrapped entry `policy` → `<uid>@<at>`.
@@ -418,12 +522,13 @@ impl NodeBuilder {
             .insert(key.into(), value);
     }
 
-    pub fn build(self) -> Node {
-        self.node
+    pub fn without_annotations(mut self) -> Self {
+        self.node.metadata.annotations = None;
+        self
     }
 
-    pub fn view(self) -> NodeView {
-        NodeView::from_node(&self.node)
+    pub fn build(self) -> Node {
+        self.node
     }
 }
 
@@ -436,13 +541,14 @@ impl From<NodeBuilder> for Node {
 // ---------------------------------------------------------------------------
 // Pod
 
-/// `pod("kube-system", "cni-abc")`: a Running pod, not bound, not Ready.
+/// `pod("kube-system", "cni-abc")`: a Running pod with uid `uid-cni-abc`, not bound, not Ready.
 pub fn pod(namespace: &str, name: &str) -> PodBuilder {
     PodBuilder {
         pod: Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
+                uid: Some(format!("uid-{name}")),
                 ..ObjectMeta::default()
             },
             spec: Some(PodSpec::default()),
@@ -525,278 +631,4 @@ impl From<PodBuilder> for Pod {
     fn from(b: PodBuilder) -> Self {
         b.build()
     }
-}
-
-// ---------------------------------------------------------------------------
-// Applying plans
-
-/// The Node after a plan is written: its new taints and ownership/bootstrap annotations
-/// (an annotation with nothing left in it is removed), everything else untouched.
-pub fn apply_plan(node: &Node, plan: &NodePlan) -> Node {
-    assert_eq!(
-        node.metadata.name.as_deref(),
-        Some(plan.node.as_str()),
-        "plan applied to the wrong node"
-    );
-    let mut node = node.clone();
-    let spec = node.spec.get_or_insert_with(NodeSpec::default);
-    spec.taints = (!plan.taints.is_empty()).then(|| plan.taints.clone());
-    let annotations = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
-    for (key, value) in [
-        (MANAGED_TAINTS_ANNOTATION, plan.managed.to_annotation()),
-        (BOOTSTRAPPED_ANNOTATION, plan.bootstrapped.to_annotation()),
-    ] {
-        match value {
-            Some(v) => {
-                annotations.insert(key.into(), v);
-            }
-            None => {
-                annotations.remove(key);
-            }
-        }
-    }
-    if annotations.is_empty() {
-        node.metadata.annotations = None;
-    }
-    node
-}
-
-/// A cluster snapshot: the objects the controller's caches would hold.
-#[derive(Debug, Clone, Default)]
-pub struct World {
-    pub policies: Vec<TaintPolicy>,
-    pub nodes: Vec<Node>,
-    pub pods: Vec<Pod>,
-}
-
-impl World {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn policy(mut self, p: impl Into<TaintPolicy>) -> Self {
-        self.policies.push(p.into());
-        self
-    }
-
-    pub fn node(mut self, n: impl Into<Node>) -> Self {
-        self.nodes.push(n.into());
-        self
-    }
-
-    pub fn pod(mut self, p: impl Into<Pod>) -> Self {
-        self.pods.push(p.into());
-        self
-    }
-
-    pub fn views(&self) -> Vec<NodeView> {
-        self.nodes.iter().map(NodeView::from_node).collect()
-    }
-
-    pub fn set(&self) -> PolicySet {
-        PolicySet::from_resources(&self.policies)
-    }
-
-    /// Plans at [`NOW`], removing what unknown policies own (as the controller does).
-    pub fn plan(&self) -> Planned {
-        self.plan_with(now(), UnknownPolicies::Remove)
-    }
-
-    pub fn plan_at(&self, at: Timestamp) -> Planned {
-        self.plan_with(at, UnknownPolicies::Remove)
-    }
-
-    pub fn plan_with(&self, at: Timestamp, unknown: UnknownPolicies) -> Planned {
-        plan_all(
-            &self.set(),
-            &self.views(),
-            &PodIndex::from_pods(&self.pods),
-            at,
-            unknown,
-        )
-    }
-
-    /// Writes every node's plan back onto the nodes.
-    pub fn apply(&mut self, plan: &Planned) {
-        assert_eq!(plan.nodes.len(), self.nodes.len());
-        for (node, p) in self.nodes.iter_mut().zip(&plan.nodes) {
-            *node = apply_plan(node, p);
-        }
-    }
-
-    /// Plans at [`NOW`] and applies the plan; returns the plan.
-    pub fn step(&mut self) -> Planned {
-        let plan = self.plan();
-        self.apply(&plan);
-        plan
-    }
-
-    pub fn node_named(&self, name: &str) -> &Node {
-        self.nodes
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-            .unwrap_or_else(|| panic!("no node {name}"))
-    }
-
-    /// Sets a condition of a node (transitioned now), keeping everything else.
-    pub fn set_condition(&mut self, node: &str, type_: &str, status: &str) {
-        let conditions = self
-            .node_mut(node)
-            .status
-            .get_or_insert_with(NodeStatus::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
-        conditions.retain(|c| c.type_ != type_);
-        conditions.push(NodeCondition {
-            type_: type_.into(),
-            status: status.into(),
-            last_transition_time: Some(Time(now())),
-            ..NodeCondition::default()
-        });
-    }
-
-    pub fn node_mut(&mut self, name: &str) -> &mut Node {
-        self.nodes
-            .iter_mut()
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-            .unwrap_or_else(|| panic!("no node {name}"))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Reading plans
-
-/// A cluster plan with every node's plan spelled out, as the tests read it.
-#[derive(Debug, Clone)]
-pub struct Planned {
-    /// One per node, in input order; a copy of the node where `plan_cluster` says
-    /// nothing changes.
-    pub nodes: Vec<NodePlan>,
-    pub policies: Vec<PolicySummary>,
-    pub next_check: Option<Timestamp>,
-}
-
-/// [`plan_cluster`], every node's plan spelled out. Checks on the way that the plan
-/// leaves out exactly the nodes whose plans change nothing, add, remove, note or
-/// complete nothing.
-pub fn plan_all(
-    set: &taint_operator::policy_set::PolicySet,
-    views: &[NodeView],
-    index: &PodIndex,
-    at: Timestamp,
-    unknown: UnknownPolicies,
-) -> Planned {
-    let plan = plan_cluster(set, views, index, at, unknown);
-    let nodes = plan.node_plans(views);
-    for ((view, np), change) in views.iter().zip(&nodes).zip(&plan.changes) {
-        let quiet = !np.changes(view)
-            && np.added.is_empty()
-            && np.removed.is_empty()
-            && np.notes.is_empty()
-            && np.completed.is_empty();
-        assert_eq!(
-            change.is_none(),
-            quiet,
-            "left out exactly when quiet: {np:?}"
-        );
-    }
-    Planned {
-        nodes,
-        policies: plan.policies,
-        next_check: plan.next_check,
-    }
-}
-
-pub trait ClusterPlanExt {
-    fn node(&self, name: &str) -> &NodePlan;
-    fn summary(&self, policy: &str) -> &PolicySummary;
-}
-
-impl ClusterPlanExt for Planned {
-    fn node(&self, name: &str) -> &NodePlan {
-        self.nodes
-            .iter()
-            .find(|n| n.node == name)
-            .unwrap_or_else(|| panic!("no plan for node {name}"))
-    }
-
-    fn summary(&self, policy: &str) -> &PolicySummary {
-        self.policies
-            .iter()
-            .find(|p| p.name == policy)
-            .unwrap_or_else(|| panic!("no summary for policy {policy}"))
-    }
-}
-
-/// `key=value:Effect` (or `key:Effect`) of a taint.
-pub fn show(t: &Taint) -> String {
-    match &t.value {
-        Some(v) => format!("{}={}:{}", t.key, v, t.effect),
-        None => format!("{}:{}", t.key, t.effect),
-    }
-}
-
-pub trait NodePlanExt {
-    /// The resulting taints as `key=value:Effect`, in order.
-    fn taint_list(&self) -> Vec<String>;
-    /// `key=value:Effect` of every added taint.
-    fn added_list(&self) -> Vec<String>;
-    /// `key:Effect` of every removed taint.
-    fn removed_list(&self) -> Vec<String>;
-    /// The managed-taints map as `(id, policy)` pairs.
-    fn managed_list(&self) -> Vec<(String, String)>;
-    /// True when the plan adds or removes nothing.
-    fn is_noop(&self) -> bool;
-}
-
-impl NodePlanExt for NodePlan {
-    fn taint_list(&self) -> Vec<String> {
-        self.taints.iter().map(show).collect()
-    }
-
-    fn added_list(&self) -> Vec<String> {
-        self.added
-            .iter()
-            .map(|c| match &c.value {
-                Some(v) => format!("{}={}:{}", c.key, v, c.effect.as_str()),
-                None => format!("{}:{}", c.key, c.effect.as_str()),
-            })
-            .collect()
-    }
-
-    fn removed_list(&self) -> Vec<String> {
-        self.removed
-            .iter()
-            .map(|c| format!("{}:{}", c.key, c.effect.as_str()))
-            .collect()
-    }
-
-    fn managed_list(&self) -> Vec<(String, String)> {
-        self.managed
-            .0
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-
-    fn is_noop(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty()
-    }
-}
-
-/// `[(id, policy)]` for comparing with [`NodePlanExt::managed_list`].
-pub fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// The annotations of a node, for asserting on what a write would put there.
-pub fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
-    node.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }

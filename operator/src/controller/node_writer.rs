@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_ANNOTATION};
 
 use crate::{
-    error::{Error, Result},
-    metrics::Metrics,
-    node_cache::CachedNode,
-    node_plan::NodePlan,
+    cache::node_cache::CachedNode,
+    controller::error::{Error, Result},
+    telemetry::metrics::Metrics,
 };
+use engine::node_plan::NodePlan;
 
 pub const MAX_ATTEMPTS: u32 = 6;
 

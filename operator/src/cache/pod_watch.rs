@@ -23,12 +23,12 @@ use kube::{
 use tokio::{sync::mpsc::UnboundedSender, task::AbortHandle};
 
 use crate::{
-    node_cache::CachedNode,
-    pod_cache::PodCache,
-    policy_set::PolicySet,
-    run::{pod_list_pages, slim_event},
-    slim::SlimPod,
+    cache::node_cache::CachedNode,
+    cache::pod_cache::PodCache,
+    cache::slim::SlimPod,
+    cache::watch::{pod_list_pages, slim_event},
 };
+use engine::policy_set::PolicySet;
 
 /// `(namespace, label selector)`.
 pub type WatchKey = (String, String);

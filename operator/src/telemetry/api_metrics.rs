@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use crate::metrics::{Metrics, RequestLabels};
+use crate::telemetry::metrics::{Metrics, RequestLabels};
 
 #[derive(Clone)]
 pub struct ApiMetricsLayer(pub Metrics);

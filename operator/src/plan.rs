@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 use taint_operator_crd::{TaintPolicy, validate_policy};
 
-use crate::{
+use engine::{
     cluster::{NodeView, PodIndex},
     cluster_plan::{ClusterPlan, plan_cluster},
     node_plan::UnknownPolicies,

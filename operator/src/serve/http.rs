@@ -2,7 +2,7 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use crate::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 use axum::{Router, http::StatusCode, routing::get};
 
 /// `ready` answers /readyz. Every replica, leader or not, serves the webhook from its

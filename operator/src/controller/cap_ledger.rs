@@ -6,9 +6,9 @@ use std::collections::{HashMap, HashSet};
 
 use kube::runtime::reflector::Store;
 
-use crate::{
-    cluster::NodeView, decision::NodeEvaluation, node_cache::CachedNode, node_plan::carries,
-    policy_set::PolicySet,
+use crate::cache::node_cache::CachedNode;
+use engine::{
+    cluster::NodeView, decision::NodeEvaluation, node_plan::carries, policy_set::PolicySet,
 };
 
 #[derive(Default, Debug)]

@@ -15,7 +15,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{
+use engine::{
     cluster::{PodIndex, PodView, bound_node},
     labels::{Sym, sym},
     thin_str::ThinStr,

@@ -160,10 +160,10 @@ mod tests {
         let slim: SlimPod = serde_json::from_value(pod.clone()).unwrap();
         let full: Pod = serde_json::from_value(pod).unwrap();
         assert_eq!(
-            crate::cluster::PodView::from_pod(&slim.0),
-            crate::cluster::PodView::from_pod(&full)
+            engine::cluster::PodView::from_pod(&slim.0),
+            engine::cluster::PodView::from_pod(&full)
         );
-        assert_eq!(crate::cluster::bound_node(&slim.0), Some("n1"));
+        assert_eq!(engine::cluster::bound_node(&slim.0), Some("n1"));
         assert_eq!(
             slim.0
                 .metadata

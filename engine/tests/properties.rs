@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, HashSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use proptest::prelude::*;
 use support::*;
-use taint_operator::{
+use taint_operator_crd::{SelectorOperator, TaintEffect, TaintPolicy};
+use taint_operator_engine::{
     cluster::{NodeView, PodIndex},
     cluster_plan::Reason,
     decision::evaluate_node,
@@ -24,7 +25,6 @@ use taint_operator::{
     policy::CompiledPolicy,
     policy_set::PolicySet,
 };
-use taint_operator_crd::{SelectorOperator, TaintEffect, TaintPolicy};
 
 const KEYS: &[&str] = &["example.com/a", "example.com/b", "c"];
 const EFFECTS: &[TaintEffect] = &[NoSchedule, PreferNoSchedule, NoExecute];
@@ -369,10 +369,10 @@ fn build_node(i: usize, g: &NodeGen, policies: usize) -> Node {
         let time_added = t.time_added.then(|| ago(3600));
         match t.state {
             TaintState::Absent => {}
-            TaintState::Foreign => n = n.taint_opt(key, VALUES[t.value], effect, time_added),
+            TaintState::Foreign => n = n.taint_at(key, VALUES[t.value], effect, time_added),
             TaintState::Owned => {
                 n = n
-                    .taint_opt(key, VALUES[t.value], effect, time_added)
+                    .taint_at(key, VALUES[t.value], effect, time_added)
                     .managed(key, effect, OWNERS[t.owner])
             }
             TaintState::Stale => n = n.managed(key, effect, OWNERS[t.owner]),

@@ -7,7 +7,8 @@ mod support;
 
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use support::*;
-use taint_operator::{
+use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, SelectorOperator};
+use taint_operator_engine::{
     cluster::{NodeView, PodIndex},
     cluster_plan::Reason,
     decision::evaluate_node,
@@ -15,7 +16,6 @@ use taint_operator::{
     policy::CompiledPolicy,
     policy_set::PolicySet,
 };
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, SelectorOperator};
 
 const KEY: &str = "example.com/broken";
 const ID: &str = "example.com/broken:NoSchedule";
@@ -529,7 +529,7 @@ fn pod_index_keeps_one_entry_per_pod_and_forgets_removed_pods() {
     index.insert(
         "n1",
         "kube-system",
-        taint_operator::cluster::PodView::from_pod(&istio().on("n1").ready().build()),
+        taint_operator_engine::cluster::PodView::from_pod(&istio().on("n1").ready().build()),
     );
     assert_eq!(index.pods("n1", "kube-system").len(), 1);
     assert!(index.pods("n1", "kube-system")[0].ready);

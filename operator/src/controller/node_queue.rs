@@ -23,7 +23,7 @@ use futures::FutureExt;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::{sync::Notify, time::Instant};
 
-use crate::node_events::WriteActivity;
+use crate::controller::node_events::WriteActivity;
 
 /// What a reconcile asks of the queue when it is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,14 +19,14 @@ use taint_operator_crd::{FIELD_MANAGER, TaintPolicy};
 use tokio::sync::{Notify, watch};
 
 use crate::{
-    cap_ledger::CapLedger,
-    metrics::Metrics,
-    node_cache::CachedNode,
-    node_events::{self, EventQueue, WriteActivity},
-    pod_cache::PodCache,
-    pod_watch::PodWatches,
-    policy_set::PolicySet,
+    cache::node_cache::CachedNode,
+    cache::pod_cache::PodCache,
+    cache::pod_watch::PodWatches,
+    controller::cap_ledger::CapLedger,
+    controller::node_events::{self, EventQueue, WriteActivity},
+    telemetry::metrics::Metrics,
 };
+use engine::policy_set::PolicySet;
 
 pub struct Context {
     pub client: Client,

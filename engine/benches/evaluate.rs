@@ -18,7 +18,7 @@
 //! deterministically from a fixed seed, so every run measures the same input. Its
 //! shape and the plan's per-policy counts are printed on stderr before the runs.
 //!
-//! Run: `cargo bench -p taint-operator --bench evaluate` (add `-- cpu/` for one clock).
+//! Run: `cargo bench -p taint-operator-engine --bench evaluate` (add `-- cpu/` for one clock).
 
 use std::{collections::BTreeMap, hint::black_box, sync::OnceLock};
 
@@ -35,17 +35,17 @@ use k8s_openapi::{
     jiff::{SignedDuration, Timestamp},
 };
 use serde_json::{Value, json};
-use taint_operator::{
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION, TaintPolicy,
+    validate_policy,
+};
+use taint_operator_engine::{
     cluster::{NodeView, PodIndex},
     cluster_plan::{ClusterPlan, plan_cluster},
     decision::evaluate_node,
     labels::LabelMap,
     node_plan::{UnknownPolicies, plan_node},
     policy_set::PolicySet,
-};
-use taint_operator_crd::{
-    BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION, TaintPolicy,
-    validate_policy,
 };
 
 const NODES: usize = 5_000;

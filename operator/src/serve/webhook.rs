@@ -22,8 +22,8 @@ use kube::core::{
 use serde_json::{Value, json};
 use taint_operator_crd::{MANAGED_TAINTS_ANNOTATION, Mode};
 
-use crate::{
-    context::Context,
+use crate::controller::context::Context;
+use engine::{
     ownership::{ManagedTaints, taint_id},
     policy_set::PolicySet,
 };
@@ -59,7 +59,7 @@ pub fn node_patch(set: &PolicySet, node: &Node) -> (Vec<Value>, Vec<String>) {
             continue;
         }
         if p.mode == Mode::BootstrapOnly {
-            let done = crate::ownership::Bootstrapped::parse(
+            let done = engine::ownership::Bootstrapped::parse(
                 node.metadata
                     .annotations
                     .as_ref()

@@ -17,14 +17,16 @@ use kube::{
 };
 
 use crate::{
-    context::Context,
+    cache::node_cache::CachedNode,
+    controller::context::Context,
+    controller::error::{Error, Result},
+    controller::node_queue::Next,
+    controller::node_writer::write_node,
+    telemetry::metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
+};
+use engine::{
     decision::evaluate_node,
-    error::{Error, Result},
-    metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
-    node_cache::CachedNode,
     node_plan::{NodePlan, TaintChange, UnknownPolicies, plan_node},
-    node_queue::Next,
-    node_writer::write_node,
     policy_set::PolicySet,
 };
 

@@ -17,7 +17,7 @@ use kube::{Resource, core::ClusterResourceScope};
 use serde::{Deserialize, Deserializer};
 use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
 
-use crate::{
+use engine::{
     cluster::{NodeCondition, NodeView},
     labels::{Labels, sym},
     ownership::{Bootstrapped, ManagedTaints},

@@ -1,0 +1,30 @@
+//! The pure decision core of taint-operator.
+//!
+//! Policies and slim views of nodes and pods go in; plans come out. Nothing here
+//! reads the cluster, waits, or writes: the controller (`taint-operator run`) and
+//! the `plan` command call the same functions, so a dry run and the operator
+//! decide alike. The crate has no API client and no async runtime among its
+//! dependencies, so that stays true.
+//!
+//! Reading order: `selector` (which nodes a policy selects) → `policy` (one
+//! compiled TaintPolicy) → `policy_set` (all of them, conflicts resolved) →
+//! `decision` (what one policy wants on one node, and why) → `node_plan` (the
+//! taints and annotations one node should end with) → `cluster_plan` (every node,
+//! with the `maxTaintedNodes` cap and per-policy summaries).
+//!
+//! `cluster` holds the node and pod views the rules read, `ownership` the two node
+//! annotations that record what the operator added, and `labels`, `short_str`,
+//! `thin_str` the compact strings that keep those views small at 5,000 nodes.
+
+pub mod cluster;
+pub mod cluster_plan;
+pub mod decision;
+pub mod duration;
+pub mod labels;
+pub mod node_plan;
+pub mod ownership;
+pub mod policy;
+pub mod policy_set;
+pub mod selector;
+pub mod short_str;
+pub mod thin_str;

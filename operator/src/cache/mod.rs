@@ -1,0 +1,9 @@
+//! What the operator keeps of the cluster between events: the node cache's slim
+//! nodes, the critical-pod index, the label-selected pod watches that feed it, and
+//! the decoding that keeps both small. Nothing here decides or writes.
+
+pub mod node_cache;
+pub mod pod_cache;
+pub mod pod_watch;
+pub mod slim;
+pub mod watch;

@@ -1,0 +1,153 @@
+//! The watches that feed the controller: nodes into the node cache and the node
+//! queue, policies into the compiled policy set, and the gate that opens once
+//! policies, nodes and the critical pods they need have all listed.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{ObjectRef, store::Writer},
+        watcher::{self, Event},
+    },
+};
+use taint_operator_crd::TaintPolicy;
+use tokio::sync::{mpsc, watch};
+
+use crate::{
+    cache::{node_cache::CachedNode, watch::node_list_pages},
+    controller::{context::Context, node_queue::NodeQueue},
+};
+use engine::policy_set::PolicySet;
+
+/// Queues the nodes the watches name, and every cached node when the policies change.
+pub async fn feed_node_queue(
+    ctx: Arc<Context>,
+    queue: Arc<NodeQueue>,
+    mut changed: mpsc::UnboundedReceiver<ObjectRef<CachedNode>>,
+    mut all: mpsc::UnboundedReceiver<()>,
+) {
+    loop {
+        tokio::select! {
+            Some(node) = changed.recv() => queue.touch(&node.name),
+            Some(()) = all.recv() => {
+                for node in ctx.nodes.state() {
+                    queue.touch(node.name());
+                }
+            }
+            else => return,
+        }
+    }
+}
+
+/// Fills the node cache, names every touched node to the node queue, and records
+/// when the first full list is in.
+pub async fn drive_nodes(
+    ctx: Arc<Context>,
+    api: Api<CachedNode>,
+    writer: Writer<CachedNode>,
+    touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
+) {
+    let mut stream = watcher::watcher(api, node_list_pages())
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    while let Some(event) = stream.next().await {
+        let node = match event {
+            Ok(Event::Apply(n) | Event::InitApply(n)) => {
+                ctx.node_seen(n.name());
+                n
+            }
+            // A deleted node needs nothing from us; the cap ledger forgets it by itself.
+            Ok(Event::Delete(n)) => {
+                ctx.node_seen(n.name());
+                continue;
+            }
+            Ok(Event::Init) => continue,
+            Ok(Event::InitDone) => {
+                ctx.nodes_synced
+                    .store(true, std::sync::atomic::Ordering::Release);
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "node watch failed; retrying");
+                continue;
+            }
+        };
+        if touched.send(ObjectRef::new(node.name())).is_err() {
+            return;
+        }
+    }
+}
+
+/// Keeps the compiled policy set current. Only changes that matter to decisions
+/// (a new, edited or deleted policy) re-evaluate nodes; our own status writes do not.
+pub async fn watch_policies(
+    ctx: Arc<Context>,
+    writer: Writer<TaintPolicy>,
+    all_nodes: mpsc::UnboundedSender<()>,
+) {
+    let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    let mut last: Option<Vec<(String, Option<i64>, bool)>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
+                ctx.policies_synced
+                    .store(true, std::sync::atomic::Ordering::Release);
+                let policies = ctx.policies.state();
+                let mut signature: Vec<_> = policies
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.uid().unwrap_or_default(),
+                            p.metadata.generation,
+                            p.metadata.deletion_timestamp.is_some(),
+                        )
+                    })
+                    .collect();
+                signature.sort();
+                if last.as_ref() == Some(&signature) {
+                    continue;
+                }
+                last = Some(signature);
+                let set = PolicySet::from_resources(policies.iter().map(|p| p.as_ref()));
+                ctx.caps
+                    .lock()
+                    .expect("cap ledger lock")
+                    .forget_uncapped(&set);
+                ctx.pod_watches.update(&set);
+                ctx.set_policy_set(set);
+                let _ = all_nodes.send(());
+                ctx.status_refresh.notify_one();
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
+        }
+    }
+}
+
+/// Opens the gate once policies, nodes and every needed pod watch have listed.
+/// (It reads flags set by our own watch tasks rather than awaiting the stores:
+/// a store's readiness wakes only one waiter.)
+pub async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
+    use std::sync::atomic::Ordering::Acquire;
+    while !(ctx.policies_synced.load(Acquire)
+        && ctx.nodes_synced.load(Acquire)
+        && ctx.pod_watches.synced_for(&ctx.policy_set()))
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!(
+        nodes = ctx.nodes.state().len(),
+        policies = ctx.policies.state().len(),
+        "caches synced"
+    );
+    crate::memory::release_free_memory();
+    let _ = synced.send(true);
+}
