@@ -5,7 +5,7 @@
   enum value, printer column and selectable field, the annotations and the
   finalizer, and every reason of the Ready condition; and names no field the CRD
   does not have.
-* docs/troubleshooting.md uses real metric names (operator/src/metrics.rs) and
+* docs/troubleshooting.md uses real metric names (operator/src/telemetry/metrics.rs) and
   lists them all.
 * Every TaintPolicy in the docs (docs/*.md and README.md) is valid: each YAML
   block is run through ``taint-operator plan`` against examples/cluster.yaml,
@@ -37,8 +37,8 @@ TROUBLESHOOTING = DOCS / "troubleshooting.md"
 CRD_FILE = REPO / "charts" / "taint-operator" / "crds" / "taintpolicies.nodetaint.io.yaml"
 CLUSTER = REPO / "examples" / "cluster.yaml"
 CRD_TYPES = REPO / "crd" / "src" / "types.rs"
-REASONS_SOURCE = REPO / "operator" / "src" / "cluster_plan.rs"
-METRICS_SOURCE = REPO / "operator" / "src" / "metrics.rs"
+REASONS_SOURCE = REPO / "engine" / "src" / "cluster_plan.rs"
+METRICS_SOURCE = REPO / "operator" / "src" / "telemetry" / "metrics.rs"
 PLAN_NOW = "2026-11-20T12:00:00Z"
 EXPECT = re.compile(r"^#\s*expect:\s*(\w+)\s*$")
 
