@@ -1,0 +1,340 @@
+//! The yardstick: a minimal watch-then-patch loop in this process, no engine and no
+//! caches, doing the fault policies' work so the operator's phases have a baseline.
+
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    Args, Result, client_from,
+    load::flip_condition,
+    model::{
+        BASELINE_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, fault_taints_by_group,
+        group_of, node_index, node_name, standing_taints,
+    },
+    observer::Observer,
+    operator_proc::OpMetrics,
+    phase::{PhaseResult, latencies, per_node, round_name, sample_node_bytes},
+    procfs::CpuProbes,
+    report::Report,
+    setup::create_all,
+};
+
+#[derive(Default)]
+struct BaselineCounters {
+    patches: AtomicU64,
+    /// Microseconds from sending a patch to its answer, summed.
+    patch_micros: AtomicU64,
+    conflicts: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// The baseline: one watch on nodes and, for every node event, the one JSON patch
+/// that puts the fault policies' taints for the node's group on or off according to
+/// the node's `BaselineFault` condition: the same taints the operator writes in its
+/// taint phase. No cache beyond the event itself; conflicts are left to the next event.
+fn start_baseline(
+    client: Client,
+    concurrency: usize,
+    fault_taints: Arc<Vec<Vec<Taint>>>,
+    counters: Arc<BaselineCounters>,
+) -> (tokio::task::JoinHandle<()>, Arc<AtomicBool>) {
+    let synced = Arc::new(AtomicBool::new(false));
+    let s = synced.clone();
+    let handle = tokio::spawn(async move {
+        let api: Api<Node> = Api::all(client);
+        let cfg = watcher::Config::default().labels(&format!("{SCALE_LABEL}=true"));
+        watcher::watcher(api.clone(), cfg)
+            .default_backoff()
+            .filter_map(|ev| {
+                let out = match ev {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => Some(n),
+                    Ok(watcher::Event::InitDone) => {
+                        s.store(true, Ordering::Release);
+                        None
+                    }
+                    _ => None,
+                };
+                futures::future::ready(out)
+            })
+            .map(|node| {
+                let api = api.clone();
+                let counters = counters.clone();
+                let fault_taints = fault_taints.clone();
+                async move { baseline_reconcile(&api, node, &fault_taints, &counters).await }
+            })
+            .buffer_unordered(concurrency)
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    });
+    (handle, synced)
+}
+
+/// The node's new taint list: `mine` all on when `want`, all off otherwise, the other
+/// taints kept in their order; `None` when the node is already so.
+fn baseline_taints(taints: Vec<Taint>, mine: &[Taint], want: bool) -> Option<Vec<Taint>> {
+    let is_mine = |t: &Taint| mine.iter().any(|m| m.key == t.key && m.effect == t.effect);
+    let present = taints.iter().filter(|t| is_mine(t)).count();
+    if present == if want { mine.len() } else { 0 } {
+        return None;
+    }
+    let mut new: Vec<Taint> = taints.into_iter().filter(|t| !is_mine(t)).collect();
+    if want {
+        new.extend(mine.iter().cloned());
+    }
+    Some(new)
+}
+
+async fn baseline_reconcile(
+    api: &Api<Node>,
+    node: Node,
+    fault_taints: &[Vec<Taint>],
+    counters: &BaselineCounters,
+) {
+    let Some(i) = node_index(&node.name_any()) else {
+        return;
+    };
+    let mine = &fault_taints[group_of(i)];
+    let want = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == BASELINE_CONDITION))
+        .is_some_and(|c| c.status == "True");
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let Some(new) = baseline_taints(taints, mine, want) else {
+        return;
+    };
+    let rv = node.metadata.resource_version.clone().unwrap_or_default();
+    let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})];
+    if new.is_empty() {
+        ops.push(json!({"op": "remove", "path": "/spec/taints"}));
+    } else {
+        ops.push(json!({"op": "add", "path": "/spec/taints", "value": new}));
+    }
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("valid patch");
+    counters.patches.fetch_add(1, Ordering::Relaxed);
+    let sent = Instant::now();
+    let answer = api
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await;
+    counters
+        .patch_micros
+        .fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
+    match answer {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
+            counters.conflicts.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("scale: baseline patch of {} failed: {e}", node.name_any());
+        }
+    }
+}
+
+/// The baseline's taint and untaint phases, `args.rounds` of each; the rounds after
+/// the operator are numbered on from those before it. Runs before the operator
+/// starts and again after it stopped, so
+/// the API server's drift over a run (etcd's growing history, its caches, Go's heap)
+/// weighs on both runners alike.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn baseline_rounds(
+    args: &Args,
+    client: &Client,
+    kubeconfig: &Path,
+    defs: &[PolicyDef],
+    observer: &Observer,
+    mut world: World,
+    probes: &CpuProbes,
+    after_operator: bool,
+    report: &mut Report,
+) -> Result {
+    let (n, c) = (args.nodes, args.concurrency);
+    let timeout = Duration::from_secs(args.phase_timeout_secs);
+    set_standing_taints(args, client, defs, observer, &mut world, true).await?;
+    let counters = Arc::new(BaselineCounters::default());
+    let (task, synced) = start_baseline(
+        client_from(kubeconfig).await?,
+        c,
+        Arc::new(fault_taints_by_group(defs)),
+        counters.clone(),
+    );
+    while !synced.load(Ordering::Acquire) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // let the initial list's reconciles (all no-ops) drain
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let first_round = if after_operator { args.rounds + 1 } else { 1 };
+    let rounds = (first_round..first_round + args.rounds)
+        .flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
+    for (kind, on, round) in rounds {
+        let name = &round_name(kind, round);
+        world.baseline_fault = on;
+        eprintln!("scale: baseline {name} phase");
+        let before = counters.patches.load(Ordering::Relaxed);
+        let micros_before = counters.patch_micros.load(Ordering::Relaxed);
+        let conflicts_before = counters.conflicts.load(Ordering::Relaxed);
+        let events_before = observer.events();
+        let cpu_before = probes.snapshot();
+        observer.begin(expected_all(defs, n, world));
+        let t0 = Instant::now();
+        let changes = flip_condition(
+            client,
+            n,
+            c,
+            BASELINE_CONDITION,
+            if on { "True" } else { "False" },
+            if on {
+                "BaselineFault"
+            } else {
+                "BaselineHealthy"
+            },
+        )
+        .await?;
+        let change_secs = t0.elapsed().as_secs_f64();
+        let right = observer.wait_all_right(timeout).await?;
+        let cpu_to_right = probes.since(&cpu_before);
+        let end = right.iter().max().copied().unwrap_or(t0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let patches = counters.patches.load(Ordering::Relaxed) - before;
+        let conflicts = counters.conflicts.load(Ordering::Relaxed) - conflicts_before;
+        let mut requests = OpMetrics::default();
+        requests.requests.insert(
+            ("patch".into(), "nodes".into(), "sent".into()),
+            patches as f64,
+        );
+        requests.patches_answered = patches as f64;
+        requests.patch_secs =
+            (counters.patch_micros.load(Ordering::Relaxed) - micros_before) as f64 / 1e6;
+        let node_bytes = Some(sample_node_bytes(client, n).await?);
+        report.phases.push(PhaseResult {
+            name: name.into(),
+            kind: kind.into(),
+            runner: "baseline".into(),
+            after_operator,
+            transitions: n,
+            secs: end.saturating_duration_since(t0).as_secs_f64(),
+            change_secs,
+            latencies_ms: latencies(&changes, &right),
+            per_node: per_node(t0, &changes, &right),
+            node_writes: patches as f64,
+            conflicts: conflicts as f64,
+            requests,
+            observer_events: observer.events() - events_before,
+            other_cpu: probes.since(&cpu_before),
+            cpu_to_right,
+            node_bytes,
+            ..PhaseResult::default()
+        });
+    }
+    task.abort();
+    let errors = counters.errors.load(Ordering::Relaxed);
+    if errors > 0 {
+        bail!("the baseline had {errors} failed patches");
+    }
+    set_standing_taints(args, client, defs, observer, &mut world, false).await
+}
+
+/// Puts the standing taints on every node, or takes every taint off, and waits until
+/// the observer sees every node so. Only around the baseline's rounds: the nodes
+/// carry no other taint then, and the operator never sees these (it would rightly
+/// call them someone else's).
+async fn set_standing_taints(
+    args: &Args,
+    client: &Client,
+    defs: &[PolicyDef],
+    observer: &Observer,
+    world: &mut World,
+    on: bool,
+) -> Result {
+    let (n, concurrency) = (args.nodes, args.concurrency);
+    let api: Api<Node> = Api::all(client.clone());
+    let taints = if on {
+        json!(standing_taints(defs))
+    } else {
+        Value::Null
+    };
+    let what = if on {
+        "baseline: standing taints on"
+    } else {
+        "baseline: standing taints off"
+    };
+    create_all(what, n, concurrency, move |i| {
+        let api = api.clone();
+        let body = json!({"spec": {"taints": taints}});
+        Box::pin(async move {
+            api.patch(&node_name(i), &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .map_err(|e| format!("taints of {}: {e}", node_name(i)))?;
+            Ok(())
+        })
+    })
+    .await?;
+    world.baseline_standing = on;
+    observer.begin(expected_all(defs, n, *world));
+    observer
+        .wait_all_right(Duration::from_secs(args.phase_timeout_secs))
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_baseline_changes_only_its_own_taints_and_only_when_needed() {
+        let t = |key: &str, effect: &str| Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Taint::default()
+        };
+        let mine = [t("f/a", "NoSchedule"), t("f/b", "NoExecute")];
+        let foreign = t("other", "NoSchedule");
+        // a fault: the missing one and the present one end up once each, foreign kept first
+        assert_eq!(
+            baseline_taints(vec![foreign.clone(), mine[1].clone()], &mine, true),
+            Some(vec![foreign.clone(), mine[0].clone(), mine[1].clone()])
+        );
+        // all there, or all gone: nothing to write
+        assert_eq!(
+            baseline_taints(vec![mine[1].clone(), mine[0].clone()], &mine, true),
+            None
+        );
+        assert_eq!(baseline_taints(vec![foreign.clone()], &mine, false), None);
+        // recovery keeps the foreign taint, and the same key with another effect
+        let same_key = t("f/a", "NoExecute");
+        assert_eq!(
+            baseline_taints(
+                vec![mine[0].clone(), same_key.clone(), foreign.clone()],
+                &mine,
+                false
+            ),
+            Some(vec![same_key, foreign])
+        );
+    }
+}

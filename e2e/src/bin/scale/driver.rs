@@ -1,0 +1,478 @@
+//! The run's course: a clean cluster, setup, the baseline around the operator, and
+//! the operator's timed phases, quiet period and final checks.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, TaintPolicy};
+
+use crate::{
+    Args, PodStatusMode, Result,
+    baseline::baseline_rounds,
+    client_from,
+    load::{flip_condition, ready_critical_pods},
+    model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
+    observer::Observer,
+    operator_proc::OperatorProc,
+    phase::{PhaseResult, latencies, per_node, round_name, sample_node_bytes, with_operator},
+    procfs::CpuProbes,
+    report::Report,
+    setup::{create_all, install_crd, node_json, pod_json, pod_name, pod_status_json},
+};
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn drive(
+    args: &Args,
+    client: &Client,
+    kubeconfig: &Path,
+    operator_bin: &Path,
+    operator_kubeconfig: &Path,
+    lease_ns: Option<&str>,
+    operator_log: &Path,
+    defs: &[PolicyDef],
+    critical: &Critical,
+    report: &mut Report,
+) -> Result {
+    let n = args.nodes;
+    let c = args.concurrency;
+    let ns = args.namespace.clone();
+    let probes = CpuProbes::new();
+
+    // ---- a clean cluster
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let existing = nodes_api
+        .list_metadata(
+            &ListParams::default()
+                .labels(&format!("{SCALE_LABEL}=true"))
+                .limit(1),
+        )
+        .await?;
+    if !existing.items.is_empty() {
+        bail!(
+            "the cluster already has nodes labelled {SCALE_LABEL}=true from an earlier run: start a fresh control plane (e2e/control-plane.sh stop DIR; start DIR)"
+        );
+    }
+    install_crd(client, operator_bin).await?;
+    let policies_api: Api<TaintPolicy> = Api::all(client.clone());
+    if !policies_api
+        .list_metadata(&ListParams::default().limit(1))
+        .await?
+        .items
+        .is_empty()
+    {
+        bail!("the cluster already has TaintPolicies: start a fresh control plane");
+    }
+
+    // ---- setup
+    eprintln!(
+        "scale: setup: {n} nodes, {} pods, {} policies",
+        n * args.pods_per_node,
+        defs.len()
+    );
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    match ns_api.create(&PostParams::default(), &ns_obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let images = args.images_per_node;
+    let api = nodes_api.clone();
+    report.setup.push(
+        create_all("create nodes (with status)", n, c, move |i| {
+            let api = api.clone();
+            Box::pin(async move {
+                let node: Node = serde_json::from_value(node_json(i, images))?;
+                api.create(&PostParams::default(), &node)
+                    .await
+                    .map_err(|e| format!("create node {}: {e}", node_name(i)))?;
+                Ok(())
+            })
+        })
+        .await?,
+    );
+    let ppn = args.pods_per_node;
+    let pods_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    {
+        let api = pods_api.clone();
+        let ns = ns.clone();
+        let critical = critical.clone();
+        report.setup.push(
+            create_all("create pods (bound)", n * ppn, c, move |k| {
+                let api = api.clone();
+                let body = pod_json(&ns, k / ppn, k % ppn, &critical);
+                Box::pin(async move {
+                    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(body)?;
+                    api.create(&PostParams::default(), &pod)
+                        .await
+                        .map_err(|e| format!("create pod {}: {e}", pod.name_any()))?;
+                    Ok(())
+                })
+            })
+            .await?,
+        );
+    }
+    {
+        let status_pods: Vec<(usize, usize)> = (0..n)
+            .flat_map(|i| (0..ppn).map(move |j| (i, j)))
+            .filter(|&(_, j)| args.pod_status == PodStatusMode::All || j < critical.per_node)
+            .collect();
+        let status_pods = Arc::new(status_pods);
+        let api = pods_api.clone();
+        let per_node = critical.per_node;
+        let list = status_pods.clone();
+        report.setup.push(
+            create_all(
+                "pod status (Running; critical not Ready)",
+                status_pods.len(),
+                c,
+                move |k| {
+                    let api = api.clone();
+                    let (i, j) = list[k];
+                    let body = pod_status_json(i, j, j >= per_node);
+                    Box::pin(async move {
+                        api.patch_status(
+                            &pod_name(i, j),
+                            &PatchParams::default(),
+                            &Patch::Merge(body),
+                        )
+                        .await
+                        .map_err(|e| format!("status of pod {}: {e}", pod_name(i, j)))?;
+                        Ok(())
+                    })
+                },
+            )
+            .await?,
+        );
+    }
+
+    // ---- the observer
+    let observer = Observer::start(client_from(kubeconfig).await?, n);
+    observer.wait_synced().await;
+    let mut world = World::default();
+    observer.begin(expected_all(defs, n, world));
+    observer
+        .wait_all_right(Duration::from_secs(60))
+        .await
+        .map_err(|e| format!("the fresh nodes are not as expected: {e}"))?;
+
+    // ---- baseline, before the operator
+    if !args.skip_baseline {
+        baseline_rounds(
+            args, client, kubeconfig, defs, &observer, world, &probes, false, report,
+        )
+        .await?;
+    }
+
+    // ---- policies, then the operator
+    for d in defs {
+        let p: TaintPolicy = serde_json::from_value(json!({
+            "apiVersion": "nodetaint.io/v1alpha1", "kind": "TaintPolicy",
+            "metadata": {"name": d.name}, "spec": d.body}))
+        .map_err(|e| format!("policy {}: {e}", d.name))?;
+        policies_api
+            .create(&PostParams::default(), &p)
+            .await
+            .map_err(|e| format!("create policy {}: {e}", d.name))?;
+    }
+    world.policies = true;
+
+    eprintln!("scale: cold start: starting {}", operator_bin.display());
+    observer.begin(expected_all(defs, n, world));
+    let events_before = observer.events();
+    let cold_cpu = probes.snapshot();
+    let t0 = Instant::now();
+    let mut op = OperatorProc::spawn(
+        operator_bin,
+        operator_kubeconfig,
+        lease_ns,
+        args.operator_concurrency,
+        operator_log,
+    )
+    .await?;
+    let result = operator_phases(
+        args,
+        client,
+        defs,
+        critical,
+        &observer,
+        &mut op,
+        world,
+        (t0, events_before, cold_cpu),
+        &probes,
+        report,
+    )
+    .await;
+    let tail = if result.is_err() {
+        op.log_tail(20)
+    } else {
+        String::new()
+    };
+    report.peak_rss_kib = Some(op.sample().hwm_kib).filter(|v| *v > 0);
+    if let Err(e) = op.stop().await {
+        eprintln!("scale: stopping the operator: {e}");
+    }
+    let world = result.map_err(|e| format!("{e}\noperator log tail:\n{tail}"))?;
+
+    // ---- baseline, after the operator
+    if !args.skip_baseline {
+        baseline_rounds(
+            args, client, kubeconfig, defs, &observer, world, &probes, true, report,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn operator_phases(
+    args: &Args,
+    client: &Client,
+    defs: &[PolicyDef],
+    critical: &Critical,
+    observer: &Observer,
+    op: &mut OperatorProc,
+    mut world: World,
+    (t0, events_before, cold_cpu): (Instant, u64, BTreeMap<String, f64>),
+    probes: &CpuProbes,
+    report: &mut Report,
+) -> Result<World> {
+    let n = args.nodes;
+    let c = args.concurrency;
+    let timeout = Duration::from_secs(args.phase_timeout_secs);
+    // Longer than the operator's event quiet period (2 s), so a phase's events
+    // count in that phase and do not go out during the next one.
+    let settle_quiet = Duration::from_secs(4);
+    let settle_max = Duration::from_secs(60);
+
+    // ---- cold start
+    let ready_at = {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if !op.alive() {
+                bail!("the operator exited during startup");
+            }
+            if let Ok((200, _)) = op.get("/readyz").await {
+                break Instant::now();
+            }
+            if Instant::now() > deadline {
+                bail!("the operator was not ready within 120 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    report.operator_ready_secs = Some(ready_at.duration_since(t0).as_secs_f64());
+    let right = observer.wait_all_right(timeout).await?;
+    let cold_to_right = with_operator(probes.since(&cold_cpu), op.sample().cpu_secs);
+    let end = right.iter().max().copied().unwrap_or(t0);
+    let m_cold = op.settle(settle_quiet, settle_max).await?;
+    let s = op.sample();
+    report.phases.push(PhaseResult {
+        name: "cold start".into(),
+        kind: "cold start".into(),
+        runner: "operator".into(),
+        after_operator: false,
+        transitions: n,
+        secs: end.saturating_duration_since(t0).as_secs_f64(),
+        change_secs: 0.0,
+        latencies_ms: latencies(&vec![Some(t0); n], &right),
+        per_node: per_node(t0, &vec![Some(t0); n], &right),
+        node_writes: m_cold.node_writes,
+        conflicts: m_cold.node_write_conflicts,
+        requests: m_cold.clone(),
+        cpu_secs: Some(s.cpu_secs),
+        peak_rss_kib: Some(op.take_peak_kib()),
+        rss_end_kib: Some(s.rss_kib),
+        observer_events: observer.events() - events_before,
+        other_cpu: probes.since(&cold_cpu),
+        cpu_to_right: cold_to_right,
+        node_bytes: Some(sample_node_bytes(client, n).await?),
+    });
+    let mut before = m_cold;
+
+    // ---- taint, untaint, readiness, policy delete
+    let phases = (1..=args.rounds)
+        .flat_map(|r| [("taint", r), ("untaint", r)])
+        .chain([("readiness", 1), ("policy delete", 1)]);
+    for (kind, round) in phases {
+        let name = &round_name(kind, round);
+        eprintln!("scale: operator {name} phase");
+        match kind {
+            "taint" => world.fault = true,
+            "untaint" => world.fault = false,
+            "readiness" => {
+                world.critical_ready = true;
+                world.bootstrapped = true;
+            }
+            _ => world.always_deleted = true,
+        }
+        let cpu_before = op.sample().cpu_secs;
+        let others_before = probes.snapshot();
+        op.take_peak_kib();
+        let events_before = observer.events();
+        observer.begin(expected_all(defs, n, world));
+        let t0 = Instant::now();
+        let changes = match kind {
+            "taint" => {
+                flip_condition(client, n, c, FAULT_CONDITION, "True", "BenchFaultDetected").await?
+            }
+            "untaint" => {
+                flip_condition(client, n, c, FAULT_CONDITION, "False", "BenchHealthy").await?
+            }
+            "readiness" => ready_critical_pods(client, &args.namespace, n, critical, c).await?,
+            _ => {
+                let api: Api<TaintPolicy> = Api::all(client.clone());
+                api.delete("bench-always", &DeleteParams::default())
+                    .await
+                    .map_err(|e| format!("delete policy bench-always: {e}"))?;
+                vec![Some(t0); n]
+            }
+        };
+        let change_secs = t0.elapsed().as_secs_f64();
+        let right = observer.wait_all_right(timeout).await?;
+        let mut end = right.iter().max().copied().unwrap_or(t0);
+        if kind == "policy delete" {
+            // the phase ends when the finalizer let the policy go
+            let api: Api<TaintPolicy> = Api::all(client.clone());
+            let deadline = Instant::now() + timeout;
+            loop {
+                match api.get_opt("bench-always").await? {
+                    None => break,
+                    Some(_) if Instant::now() > deadline => {
+                        bail!("policy bench-always still exists after {timeout:?}")
+                    }
+                    Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            end = end.max(Instant::now());
+        }
+        let cpu_to_right = with_operator(
+            probes.since(&others_before),
+            op.sample().cpu_secs - cpu_before,
+        );
+        let after = op.settle(settle_quiet, settle_max).await?;
+        let d = after.minus(&before);
+        let s = op.sample();
+        report.phases.push(PhaseResult {
+            name: name.into(),
+            kind: kind.into(),
+            runner: "operator".into(),
+            after_operator: false,
+            transitions: n,
+            secs: end.saturating_duration_since(t0).as_secs_f64(),
+            change_secs,
+            latencies_ms: latencies(&changes, &right),
+            per_node: per_node(t0, &changes, &right),
+            node_writes: d.node_writes,
+            conflicts: d.node_write_conflicts,
+            requests: d,
+            cpu_secs: Some(s.cpu_secs - cpu_before),
+            peak_rss_kib: Some(op.take_peak_kib()),
+            rss_end_kib: Some(s.rss_kib),
+            observer_events: observer.events() - events_before,
+            other_cpu: probes.since(&others_before),
+            cpu_to_right,
+            node_bytes: Some(sample_node_bytes(client, n).await?),
+        });
+        before = after;
+    }
+
+    // ---- quiet period
+    eprintln!("scale: quiet period: {} s", args.quiet_secs);
+    let cpu_before = op.sample().cpu_secs;
+    let others_before = probes.snapshot();
+    op.take_peak_kib();
+    let events_before = observer.events();
+    tokio::time::sleep(Duration::from_secs(args.quiet_secs)).await;
+    let after = op.metrics().await?;
+    let d = after.minus(&before);
+    let s = op.sample();
+    report.quiet = Some(PhaseResult {
+        name: format!("quiet {} s", args.quiet_secs),
+        runner: "operator".into(),
+        node_writes: d.node_writes,
+        conflicts: d.node_write_conflicts,
+        requests: d,
+        cpu_secs: Some(s.cpu_secs - cpu_before),
+        peak_rss_kib: Some(op.take_peak_kib()),
+        rss_end_kib: Some(s.rss_kib),
+        observer_events: observer.events() - events_before,
+        other_cpu: probes.since(&others_before),
+        ..PhaseResult::default()
+    });
+    report.settled_rss_kib = Some(s.rss_kib);
+    report.total_cpu_secs = Some(s.cpu_secs);
+
+    // ---- final state: annotations and policy status
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut bootstrapped = 0;
+    let mut mentions_deleted = 0;
+    let mut wrong_owner = 0;
+    let list = nodes
+        .list(&ListParams::default().labels(&format!("{SCALE_LABEL}=true")))
+        .await?;
+    for node in &list.items {
+        let ann = node.annotations();
+        if ann
+            .get(BOOTSTRAPPED_ANNOTATION)
+            .is_some_and(|v| v.contains("\"bench-bootstrap\""))
+        {
+            bootstrapped += 1;
+        }
+        let managed = ann
+            .get(MANAGED_TAINTS_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        if managed.contains("bench-always") {
+            mentions_deleted += 1;
+        }
+        let owned: BTreeMap<String, String> =
+            serde_json::from_str(if managed.is_empty() { "{}" } else { &managed })
+                .unwrap_or_default();
+        let node_taints: BTreeSet<String> = node
+            .spec
+            .iter()
+            .flat_map(|s| s.taints.iter().flatten())
+            .map(|t| format!("{}:{}", t.key, t.effect))
+            .collect();
+        if owned.keys().any(|k| !node_taints.contains(k)) {
+            wrong_owner += 1;
+        }
+    }
+    report.final_check = vec![
+        format!(
+            "{bootstrapped} of {} nodes record the bench-bootstrap completion in {BOOTSTRAPPED_ANNOTATION}",
+            list.items.len()
+        ),
+        format!(
+            "{mentions_deleted} nodes still mention the deleted policy bench-always in {MANAGED_TAINTS_ANNOTATION}"
+        ),
+        format!(
+            "{wrong_owner} nodes whose {MANAGED_TAINTS_ANNOTATION} names a taint the node does not carry"
+        ),
+    ];
+    let policies: Api<TaintPolicy> = Api::all(client.clone());
+    for p in policies.list(&ListParams::default()).await?.items {
+        let st = p.status.clone().unwrap_or_default();
+        let ready = st.conditions.iter().find(|c| c.type_ == "Ready");
+        report.policy_status.push(json!({
+            "name": p.name_any(),
+            "selected": st.selected_nodes,
+            "tainted": st.tainted_nodes,
+            "ready": ready.map(|c| c.status.clone()),
+            "reason": ready.map(|c| c.reason.clone()),
+            "message": ready.map(|c| c.message.clone()),
+        }));
+    }
+    Ok(world)
+}

@@ -1,0 +1,274 @@
+//! `scale`: drives the taint-operator binary on a real, bare control plane
+//! (kube-apiserver + etcd, `e2e/control-plane.sh`) and prints a report, as a
+//! Markdown table and as JSON. See `e2e/scale.md`.
+//!
+//! Setup: N nodes with a realistic status (conditions, addresses, capacity, node
+//! info, a few dozen images), P pods bound to them (a tenth of them critical pods of
+//! the readiness policies) and K TaintPolicies. Then, each timed from the first change
+//! to the moment the admin watch shows every node right:
+//!
+//! 1. baseline taint / untaint: a minimal watch-then-patch loop in this process (no
+//!    engine, no caches) reacting to a condition of its own, before the operator runs
+//!    and again after it stopped. It writes the fault policies' taints on nodes that
+//!    carry the policies' standing taints, so both runners' phases make the same nodes;
+//! 2. cold start: the operator starts against the full cluster;
+//! 3. taint: a condition flipped on every node; 4. untaint: flipped back;
+//! 5. readiness: the critical pods become Ready; 6. policy delete: the finalizer
+//!    cleans a policy's taint from every node;
+//! 7. a quiet period in which the operator must write nothing.
+//!
+//! The operator runs as its own process with `OPERATOR_KUBECONFIG`; its memory and
+//! CPU come from `/proc/<pid>`, its API requests and node writes from its `/metrics`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use clap::{Parser, ValueEnum};
+use kube::{Client, Config};
+
+use crate::{
+    driver::drive,
+    model::{Critical, node_name, policy_defs},
+    operator_proc::operator_version,
+    procfs::{loadavg, machine},
+    report::Report,
+    setup::node_json,
+};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+type Result<T = ()> = std::result::Result<T, Error>;
+
+macro_rules! bail {
+    ($($arg:tt)*) => { return Err(format!($($arg)*).into()) };
+}
+
+// After `bail!`: a `macro_rules!` macro is only in scope below its definition.
+mod baseline;
+mod driver;
+mod load;
+mod model;
+mod observer;
+mod operator_proc;
+mod phase;
+mod procfs;
+mod report;
+mod setup;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum PodStatusMode {
+    /// Every pod gets a Running status (critical pods start not Ready).
+    All,
+    /// Only the critical pods get a status; the others stay Pending.
+    Critical,
+}
+
+/// Drives taint-operator on the cluster in KUBECONFIG and prints a scale report.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "scale")]
+struct Args {
+    /// Nodes to create.
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Pods per node; a tenth of them (at least one) are critical pods.
+    #[arg(long, default_value_t = 30)]
+    pods_per_node: usize,
+    /// TaintPolicies (at least 5: matchers, readiness, BootstrapOnly, dry run, and the
+    /// one deleted in the last phase; the rest are more matcher policies).
+    #[arg(long, default_value_t = 10)]
+    policies: usize,
+    /// Images in each node's status.
+    #[arg(long, default_value_t = 40)]
+    images_per_node: usize,
+    /// Requests in flight when creating objects and flipping conditions, and the
+    /// baseline's concurrency.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// The quiet period at the end, in which the operator must not write.
+    #[arg(long, default_value_t = 60)]
+    quiet_secs: u64,
+    /// Give up on a phase after this long.
+    #[arg(long, default_value_t = 1200)]
+    phase_timeout_secs: u64,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    out_json: Option<PathBuf>,
+    /// The operator binary (default: target/release/taint-operator of this workspace).
+    #[arg(long)]
+    operator_bin: Option<PathBuf>,
+    /// The operator's --concurrency (default: the operator's own default).
+    #[arg(long)]
+    operator_concurrency: Option<u16>,
+    /// Where the operator's log goes (default: a file in the temp directory).
+    #[arg(long)]
+    operator_log: Option<PathBuf>,
+    /// Skip the baseline phases (no ratios then).
+    #[arg(long)]
+    skip_baseline: bool,
+    /// Times each runner goes through the taint and untaint phases; the baseline does
+    /// them that often before the operator starts and again after it stopped. The
+    /// ratios to the baseline compare medians: a loaded API server's background work
+    /// (cache consistency checks, compaction, garbage collection) lands in one phase
+    /// or another and moves a single phase's time by a fifth either way.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=9))]
+    rounds: u64,
+    #[arg(long, value_enum, default_value = "all")]
+    pod_status: PodStatusMode,
+    /// Namespace of the pods.
+    #[arg(long, default_value = "bench-scale")]
+    namespace: String,
+    /// Write each phase's per-node change time and latency as CSV files into this directory.
+    #[arg(long)]
+    dump_latencies: Option<PathBuf>,
+    /// Exit 1 when a target is missed (the report is printed either way).
+    #[arg(long)]
+    strict: bool,
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+async fn client_from(path: &Path) -> Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
+    let mut config =
+        Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    config.read_timeout = Some(Duration::from_secs(120));
+    Ok(Client::try_from(config)?)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("scale: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Ok(false): the run finished but a target was missed (with --strict) or a phase failed.
+async fn run(args: Args) -> Result<bool> {
+    if args.policies < 5 {
+        bail!(
+            "--policies must be at least 5 (matchers, readiness, BootstrapOnly, dry run, and the one deleted)"
+        );
+    }
+    if args.nodes == 0 || args.nodes > 99_999 {
+        bail!("--nodes must be between 1 and 99999");
+    }
+    if args.pods_per_node == 0 {
+        bail!("--pods-per-node must be at least 1 (the readiness policies need critical pods)");
+    }
+    let Some(kubeconfig) = env_path("KUBECONFIG") else {
+        bail!(
+            "KUBECONFIG is not set: start a control plane (e2e/control-plane.sh start DIR) and `. DIR/env` first; see e2e/scale.md"
+        );
+    };
+    let Some(operator_kubeconfig) = env_path("OPERATOR_KUBECONFIG") else {
+        bail!(
+            "OPERATOR_KUBECONFIG is not set: the operator runs as the least-privileged user of `e2e/control-plane.sh start DIR` (`. DIR/env`)"
+        );
+    };
+    let lease_ns = std::env::var("OPERATOR_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let repo_root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e/ is inside the workspace")
+        .to_path_buf();
+    let operator_bin = args
+        .operator_bin
+        .clone()
+        .unwrap_or_else(|| repo_root.join("target/release/taint-operator"));
+    if !operator_bin.is_file() {
+        bail!(
+            "the operator binary {} is missing: build it with `cargo build --release -p taint-operator` (or pass --operator-bin)",
+            operator_bin.display()
+        );
+    }
+    let operator_log = args.operator_log.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("taint-operator-scale-{}.log", std::process::id()))
+    });
+
+    let client = client_from(&kubeconfig).await?;
+    let mut machine = machine();
+    machine.apiserver_version = client
+        .apiserver_version()
+        .await
+        .map(|v| v.git_version)
+        .map_err(|e| format!("cannot reach the cluster in {}: {e}", kubeconfig.display()))?;
+
+    let critical = Critical::new(args.pods_per_node);
+    let defs = policy_defs(args.policies, &args.namespace);
+    let mut report = Report {
+        args: args.clone(),
+        machine,
+        node_json_bytes: serde_json::to_vec(&node_json(0, args.images_per_node))?.len(),
+        critical: critical.clone(),
+        policies: defs.iter().map(|d| d.name.clone()).collect(),
+        operator_bin: operator_bin.clone(),
+        operator_log: operator_log.clone(),
+        operator_version: operator_version(&repo_root, &operator_bin),
+        leader_election: lease_ns.is_some(),
+        setup: vec![],
+        phases: vec![],
+        operator_ready_secs: None,
+        quiet: None,
+        peak_rss_kib: None,
+        settled_rss_kib: None,
+        total_cpu_secs: None,
+        final_check: vec![],
+        policy_status: vec![],
+        error: None,
+    };
+
+    let result = drive(
+        &args,
+        &client,
+        &kubeconfig,
+        &operator_bin,
+        &operator_kubeconfig,
+        lease_ns.as_deref(),
+        &operator_log,
+        &defs,
+        &critical,
+        &mut report,
+    )
+    .await;
+    let failed = result.is_err();
+    if let Err(e) = result {
+        report.error = Some(e.to_string());
+    }
+    report.machine.load_end = loadavg();
+    let md = report.markdown();
+    let js = serde_json::to_string_pretty(&report.json())?;
+    println!("{md}");
+    println!("### JSON\n\n```json\n{js}\n```");
+    if let Some(path) = &args.out_json {
+        std::fs::write(path, &js).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("scale: JSON report written to {}", path.display());
+    }
+    if let Some(dir) = &args.dump_latencies {
+        std::fs::create_dir_all(dir)?;
+        for p in &report.phases {
+            let file = dir.join(format!("{}-{}.csv", p.runner, p.name.replace(' ', "-")));
+            let mut csv = String::from("node,change_ms,latency_ms\n");
+            for (i, (c, l)) in p.per_node.iter().enumerate() {
+                csv.push_str(&format!("{},{c:.1},{l:.1}\n", node_name(i)));
+            }
+            std::fs::write(&file, csv)?;
+        }
+        eprintln!("scale: per-node latencies written to {}", dir.display());
+    }
+    let missed = report.targets().iter().any(|t| !t.ok);
+    Ok(!(failed || (args.strict && missed)))
+}

@@ -1,0 +1,308 @@
+//! The benchmark's cluster on paper: node names and groups, the policies, and which
+//! taints each node must carry at each step, which is what the observer times against.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde_json::{Value, json};
+
+/// Label on everything the benchmark creates.
+pub(crate) const SCALE_LABEL: &str = "bench.io/scale";
+/// Taints the benchmark's policies own start with this.
+pub(crate) const BENCH_PREFIX: &str = "bench.io/";
+/// The baseline's condition: no policy matches it.
+pub(crate) const BASELINE_CONDITION: &str = "BaselineFault";
+/// The condition the matcher policies react to.
+pub(crate) const FAULT_CONDITION: &str = "BenchFault";
+pub(crate) const GROUPS: usize = 4;
+const CRITICAL_APPS: [&str; 3] = ["bench-cni", "bench-csi", "bench-dns"];
+/// Label on the critical pods.
+pub(crate) const CRITICAL_LABEL: &str = "bench.io/critical";
+
+pub(crate) fn node_name(i: usize) -> String {
+    format!("scale-{i:05}")
+}
+
+pub(crate) fn node_index(name: &str) -> Option<usize> {
+    name.strip_prefix("scale-")?.parse().ok()
+}
+
+pub(crate) fn group_of(i: usize) -> usize {
+    i % GROUPS
+}
+
+pub(crate) fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+pub(crate) fn hex(seed: u64, len: usize) -> String {
+    let mut out = String::with_capacity(len);
+    let mut s = seed;
+    while out.len() < len {
+        s = splitmix(s);
+        out.push_str(&format!("{s:016x}"));
+    }
+    out.truncate(len);
+    out
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    /// Taints while BenchFault=True on nodes of these groups.
+    Fault(Vec<usize>),
+    /// Continuous readiness: critical pods and a condition.
+    Ready,
+    /// BootstrapOnly readiness on another critical pod.
+    Bootstrap,
+    /// Matcher on BenchFault, dry run: never touches nodes.
+    DryRun,
+    /// Matcher on Ready=True: taints every node; deleted in the last phase.
+    Always,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PolicyDef {
+    pub(crate) name: String,
+    kind: Kind,
+    /// `key:Effect`
+    taint: String,
+    pub(crate) body: Value,
+}
+
+/// Critical pods per node, and which apps they run.
+#[derive(Clone, Debug)]
+pub(crate) struct Critical {
+    pub(crate) per_node: usize,
+}
+
+impl Critical {
+    pub(crate) fn new(pods_per_node: usize) -> Self {
+        Critical {
+            per_node: if pods_per_node == 0 {
+                0
+            } else {
+                pods_per_node.div_ceil(10)
+            },
+        }
+    }
+    /// The app label of critical pod `j` of a node.
+    pub(crate) fn app(&self, j: usize) -> &'static str {
+        CRITICAL_APPS[j % CRITICAL_APPS.len()]
+    }
+}
+
+/// The readiness policies' critical pods: both match every critical pod (one through
+/// a label, one through the app names), so a node's first Ready critical pod satisfies
+/// both and the readiness phase is one transition per node.
+fn critical_pods_by_label(ns: &str) -> Value {
+    json!([{"name": "node-agents", "namespace": ns,
+            "selector": {"matchLabels": {CRITICAL_LABEL: "true"}}}])
+}
+
+fn critical_pods_by_app(ns: &str) -> Value {
+    json!([{"name": "node-agents", "namespace": ns,
+            "selector": {"matchExpressions": [
+                {"key": "app", "operator": "In", "values": CRITICAL_APPS}]}}])
+}
+
+pub(crate) fn policy_defs(k: usize, ns: &str) -> Vec<PolicyDef> {
+    let fault = |j: usize| {
+        let groups = vec![j % GROUPS, (j + 1) % GROUPS];
+        let effect = if j.is_multiple_of(2) {
+            "NoSchedule"
+        } else {
+            "NoExecute"
+        };
+        let key = format!("bench.io/fault-{j}");
+        let name = format!("bench-fault-{j}");
+        let values: Vec<String> = groups.iter().map(|g| format!("g{g}")).collect();
+        PolicyDef {
+            taint: format!("{key}:{effect}"),
+            body: json!({
+                "nodeSelector": {"matchExpressions": [
+                    {"key": "bench.io/group", "operator": "In", "values": values}]},
+                "taints": [{"key": key, "value": "fault", "effect": effect}],
+                "matchers": [
+                    {"conditions": [{"type": FAULT_CONDITION, "status": "True", "reason": "Bench.*"}]},
+                    {"conditions": [{"type": "BenchDisk", "status": "Kaput|Ruined"},
+                                    {"type": "Ready", "status": "True"}]}
+                ],
+                "mode": "Continuous"
+            }),
+            name,
+            kind: Kind::Fault(groups),
+        }
+    };
+    let mut defs = vec![
+        fault(0),
+        PolicyDef {
+            name: "bench-ready".into(),
+            kind: Kind::Ready,
+            taint: "bench.io/not-ready:NoSchedule".into(),
+            body: json!({
+                "nodeSelector": {"matchLabels": {"kubernetes.io/os": "linux"}},
+                "taints": [{"key": "bench.io/not-ready", "effect": "NoSchedule"}],
+                "readiness": {
+                    "conditions": [{"type": "BenchNetworkReady", "status": "True"}],
+                    "criticalPods": critical_pods_by_label(ns)
+                },
+                "mode": "Continuous"
+            }),
+        },
+        PolicyDef {
+            name: "bench-bootstrap".into(),
+            kind: Kind::Bootstrap,
+            taint: "bench.io/bootstrap:NoExecute".into(),
+            body: json!({
+                "taints": [{"key": "bench.io/bootstrap", "value": "initializing", "effect": "NoExecute"}],
+                "readiness": {"criticalPods": critical_pods_by_app(ns)},
+                "mode": "BootstrapOnly"
+            }),
+        },
+        PolicyDef {
+            name: "bench-dry-run".into(),
+            kind: Kind::DryRun,
+            taint: "bench.io/dry-run:NoSchedule".into(),
+            body: json!({
+                "taints": [{"key": "bench.io/dry-run", "effect": "NoSchedule"}],
+                "matchers": [{"conditions": [{"type": FAULT_CONDITION, "status": "True"}]}],
+                "dryRun": true
+            }),
+        },
+        PolicyDef {
+            name: "bench-always".into(),
+            kind: Kind::Always,
+            taint: "bench.io/always:PreferNoSchedule".into(),
+            body: json!({
+                "taints": [{"key": "bench.io/always", "value": "yes", "effect": "PreferNoSchedule"}],
+                "matchers": [{"conditions": [{"type": "Ready", "status": "True"}]}]
+            }),
+        },
+    ];
+    for j in 1..=k.saturating_sub(5) {
+        defs.push(fault(j));
+    }
+    defs
+}
+
+/// What the benchmark has done to the cluster so far: decides each node's taints.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct World {
+    /// The baseline's fault: its condition is True, so it puts the fault policies'
+    /// taints on.
+    pub(crate) baseline_fault: bool,
+    /// The suite put the standing taints on for the baseline: those the policies keep
+    /// on every node through the operator's taint and untaint phases.
+    pub(crate) baseline_standing: bool,
+    pub(crate) policies: bool,
+    pub(crate) fault: bool,
+    pub(crate) critical_ready: bool,
+    pub(crate) bootstrapped: bool,
+    pub(crate) always_deleted: bool,
+}
+
+fn expected(defs: &[PolicyDef], i: usize, w: World) -> BTreeSet<String> {
+    defs.iter()
+        .filter(|d| taint_on(d, i, w))
+        .map(|d| d.taint.clone())
+        .collect()
+}
+
+/// Whether policy `d`'s taint is on node `i`. The baseline does the fault policies'
+/// work on the standing taints, so both runners' taint phases make the same nodes.
+fn taint_on(d: &PolicyDef, i: usize, w: World) -> bool {
+    match &d.kind {
+        Kind::Fault(groups) => {
+            groups.contains(&group_of(i)) && (w.baseline_fault || (w.policies && w.fault))
+        }
+        Kind::Ready => w.baseline_standing || (w.policies && !w.critical_ready),
+        Kind::Bootstrap => w.baseline_standing || (w.policies && !w.bootstrapped),
+        Kind::DryRun => false,
+        Kind::Always => w.baseline_standing || (w.policies && !w.always_deleted),
+    }
+}
+
+/// The taint policy `d` puts on nodes, as the API takes it.
+fn policy_taint(d: &PolicyDef) -> Taint {
+    serde_json::from_value(d.body["taints"][0].clone()).expect("every policy has one taint")
+}
+
+/// The standing taints (see `World::baseline_standing`).
+pub(crate) fn standing_taints(defs: &[PolicyDef]) -> Vec<Taint> {
+    defs.iter()
+        .filter(|d| matches!(d.kind, Kind::Ready | Kind::Bootstrap | Kind::Always))
+        .map(policy_taint)
+        .collect()
+}
+
+/// Per group, the taints the fault policies put on its nodes while they are faulty.
+pub(crate) fn fault_taints_by_group(defs: &[PolicyDef]) -> Vec<Vec<Taint>> {
+    (0..GROUPS)
+        .map(|g| {
+            defs.iter()
+                .filter(|d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&g)))
+                .map(policy_taint)
+                .collect()
+        })
+        .collect()
+}
+
+pub(crate) fn expected_all(defs: &[PolicyDef], n: usize, w: World) -> Vec<BTreeSet<String>> {
+    (0..n).map(|i| expected(defs, i, w)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator's world in its taint and untaint phases.
+    fn operator_phase(fault: bool) -> World {
+        World {
+            policies: true,
+            fault,
+            ..World::default()
+        }
+    }
+
+    fn baseline_phase(fault: bool) -> World {
+        World {
+            baseline_fault: fault,
+            baseline_standing: true,
+            ..World::default()
+        }
+    }
+
+    #[test]
+    fn both_runners_taint_phases_make_the_same_nodes() {
+        let defs = policy_defs(10, "ns");
+        for i in 0..2 * GROUPS {
+            for fault in [true, false] {
+                assert_eq!(
+                    expected(&defs, i, baseline_phase(fault)),
+                    expected(&defs, i, operator_phase(fault)),
+                    "node {i}, fault {fault}"
+                );
+            }
+            // the phases change something: 2 to 4 taints per node
+            let added = expected(&defs, i, operator_phase(true)).len()
+                - expected(&defs, i, operator_phase(false)).len();
+            assert!((2..=4).contains(&added), "node {i} gains {added}");
+        }
+    }
+
+    #[test]
+    fn the_baseline_writes_the_taints_the_observer_expects() {
+        let defs = policy_defs(10, "ns");
+        let by_group = fault_taints_by_group(&defs);
+        let key = |t: &Taint| format!("{}:{}", t.key, t.effect);
+        for i in 0..GROUPS {
+            let mut written: BTreeSet<String> = standing_taints(&defs).iter().map(key).collect();
+            written.extend(by_group[group_of(i)].iter().map(key));
+            assert_eq!(written, expected(&defs, i, baseline_phase(true)));
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The operator under test as a child process: starting and stopping it, sampling
+//! its memory, reading its `/metrics`, and naming which build it was.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::jiff::Timestamp;
+use tokio::process::{Child, Command};
+
+use crate::{
+    Result,
+    procfs::{ProcSample, clk_tck, read_proc},
+};
+
+/// The operator's `/metrics` page, parsed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OpMetrics {
+    pub(crate) node_writes: f64,
+    pub(crate) node_write_conflicts: f64,
+    pub(crate) status_writes: f64,
+    pub(crate) reconcile_errors: f64,
+    /// (verb, resource, code) -> count
+    pub(crate) requests: BTreeMap<(String, String, String), f64>,
+    /// Node patches answered and the seconds they took, summed.
+    pub(crate) patches_answered: f64,
+    pub(crate) patch_secs: f64,
+    /// Node reconciles that waited for a worker and the seconds they waited, summed.
+    queue_waits: f64,
+    queue_wait_secs: f64,
+}
+
+fn parse_labels(s: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut rest = s;
+    while let Some(eq) = rest.find("=\"") {
+        let key = rest[..eq].trim_start_matches(',').trim().to_string();
+        let after = &rest[eq + 2..];
+        let Some(end) = after.find('"') else { break };
+        out.insert(key, after[..end].to_string());
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+impl OpMetrics {
+    fn parse(text: &str) -> Self {
+        let mut m = OpMetrics::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let (name, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, l.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            match name {
+                "taint_operator_node_writes_total" => m.node_writes += value,
+                "taint_operator_node_write_conflicts_total" => m.node_write_conflicts += value,
+                "taint_operator_status_writes_total" => m.status_writes += value,
+                "taint_operator_reconcile_errors_total" => m.reconcile_errors += value,
+                "taint_operator_node_write_duration_seconds_count" => m.patches_answered += value,
+                "taint_operator_node_write_duration_seconds_sum" => m.patch_secs += value,
+                "taint_operator_node_queue_wait_seconds_count" => m.queue_waits += value,
+                "taint_operator_node_queue_wait_seconds_sum" => m.queue_wait_secs += value,
+                "taint_operator_api_requests_total" => {
+                    let l = parse_labels(labels);
+                    let get = |k: &str| l.get(k).cloned().unwrap_or_default();
+                    *m.requests
+                        .entry((get("verb"), get("resource"), get("code")))
+                        .or_default() += value;
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    pub(crate) fn minus(&self, before: &OpMetrics) -> OpMetrics {
+        let mut requests = self.requests.clone();
+        for (k, v) in requests.iter_mut() {
+            *v -= before.requests.get(k).copied().unwrap_or(0.0);
+        }
+        requests.retain(|_, v| *v > 0.0);
+        OpMetrics {
+            node_writes: self.node_writes - before.node_writes,
+            node_write_conflicts: self.node_write_conflicts - before.node_write_conflicts,
+            status_writes: self.status_writes - before.status_writes,
+            reconcile_errors: self.reconcile_errors - before.reconcile_errors,
+            requests,
+            patches_answered: self.patches_answered - before.patches_answered,
+            patch_secs: self.patch_secs - before.patch_secs,
+            queue_waits: self.queue_waits - before.queue_waits,
+            queue_wait_secs: self.queue_wait_secs - before.queue_wait_secs,
+        }
+    }
+
+    /// Mean time from sending a node patch to its answer, in milliseconds.
+    pub(crate) fn mean_patch_ms(&self) -> Option<f64> {
+        (self.patches_answered > 0.0).then(|| 1000.0 * self.patch_secs / self.patches_answered)
+    }
+
+    /// Mean wait of a changed node for a free worker, in milliseconds.
+    pub(crate) fn mean_queue_wait_ms(&self) -> Option<f64> {
+        (self.queue_waits > 0.0).then(|| 1000.0 * self.queue_wait_secs / self.queue_waits)
+    }
+
+    pub(crate) fn total_requests(&self) -> f64 {
+        self.requests.values().sum()
+    }
+}
+
+pub(crate) struct OperatorProc {
+    child: Child,
+    pid: u32,
+    port: u16,
+    log: PathBuf,
+    tck: f64,
+    /// Highest VmRSS seen by the sampler since the last reset, in KiB.
+    peak_kib: Arc<AtomicU64>,
+}
+
+impl OperatorProc {
+    pub(crate) async fn spawn(
+        bin: &Path,
+        kubeconfig: &Path,
+        lease_ns: Option<&str>,
+        concurrency: Option<u16>,
+        log: &Path,
+    ) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let logfile = std::fs::File::create(log)
+            .map_err(|e| format!("cannot create the operator log {}: {e}", log.display()))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--log-format", "text", "--identity", "scale-bench"]);
+        if let Some(ns) = lease_ns {
+            cmd.args(["--leader-elect", "--lease-namespace", ns]);
+        }
+        if let Some(c) = concurrency {
+            cmd.arg("--concurrency").arg(c.to_string());
+        }
+        cmd.env("KUBECONFIG", kubeconfig)
+            .env("NO_COLOR", "1")
+            .env_remove("TAINT_OPERATOR_LOG")
+            .env_remove("TAINT_OPERATOR_LOG_FORMAT")
+            .stdin(Stdio::null())
+            .stdout(logfile.try_clone()?)
+            .stderr(logfile)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let pid = child.id().ok_or("the operator exited at once")?;
+        let peak_kib = Arc::new(AtomicU64::new(0));
+        let tck = clk_tck();
+        {
+            let peak = peak_kib.clone();
+            tokio::spawn(async move {
+                while let Some(s) = read_proc(pid, tck) {
+                    peak.fetch_max(s.rss_kib, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
+        Ok(OperatorProc {
+            child,
+            pid,
+            port,
+            log: log.to_path_buf(),
+            tck,
+            peak_kib,
+        })
+    }
+
+    pub(crate) fn sample(&self) -> ProcSample {
+        read_proc(self.pid, self.tck).unwrap_or_default()
+    }
+
+    /// The highest RSS since the last call (sampled every 100 ms), then restarts.
+    pub(crate) fn take_peak_kib(&self) -> u64 {
+        let now = self.sample().rss_kib;
+        self.peak_kib.swap(now, Ordering::Relaxed).max(now)
+    }
+
+    pub(crate) fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Result<(u16, String)> {
+        taint_operator_e2e::operator::http_get(self.port, path, Duration::from_secs(10)).await
+    }
+
+    pub(crate) async fn metrics(&self) -> Result<OpMetrics> {
+        let (status, body) = self.get("/metrics").await?;
+        if status != 200 {
+            bail!("the operator's /metrics answered {status}");
+        }
+        Ok(OpMetrics::parse(&body))
+    }
+
+    /// Waits until the operator's counters stop moving (status writes, events and
+    /// trailing requests of a phase are counted with it), at most `max`.
+    pub(crate) async fn settle(&mut self, quiet: Duration, max: Duration) -> Result<OpMetrics> {
+        let deadline = Instant::now() + max;
+        let mut last = self.metrics().await?;
+        let mut since = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if !self.alive() {
+                bail!("the operator exited; log: {}", self.log.display());
+            }
+            let m = self.metrics().await?;
+            if m.total_requests() != last.total_requests() || m.node_writes != last.node_writes {
+                since = Instant::now();
+                last = m;
+            } else if since.elapsed() >= quiet || Instant::now() > deadline {
+                return Ok(m);
+            }
+        }
+    }
+
+    pub(crate) async fn stop(mut self) -> Result<()> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        match tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await {
+            Ok(r) => {
+                r?;
+            }
+            Err(_) => {
+                self.child.start_kill()?;
+                self.child.wait().await?;
+                bail!("the operator ignored SIGTERM for 20 s");
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+/// Which operator was measured: the binary's build time and the source it most
+/// likely came from (the workspace's commit, and whether operator/ or crd/ differ).
+pub(crate) fn operator_version(repo_root: &Path, bin: &Path) -> String {
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| Timestamp::try_from(t).ok())
+        .map_or("unknown".into(), |t| {
+            t.round(k8s_openapi::jiff::Unit::Second)
+                .map_or(t.to_string(), |t| t.to_string())
+        });
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo_root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "no git".into());
+    let dirty =
+        git(&["status", "--porcelain", "--", "operator", "crd"]).is_some_and(|s| !s.is_empty());
+    format!(
+        "built {built}; workspace at {commit}{}",
+        if dirty {
+            " with uncommitted changes in operator/ or crd/"
+        } else {
+            ""
+        }
+    )
+}

@@ -1,0 +1,177 @@
+//! What one phase measured, shared by both runners, and the arithmetic over its
+//! per-node latencies (medians, nearest-rank percentiles).
+
+use std::{collections::BTreeMap, time::Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+
+use crate::{
+    Result,
+    model::{GROUPS, node_name},
+    operator_proc::OpMetrics,
+};
+
+/// "taint" in the first round, "taint 2" in the second.
+pub(crate) fn round_name(kind: &str, round: u64) -> String {
+    if round == 1 {
+        kind.to_string()
+    } else {
+        format!("{kind} {round}")
+    }
+}
+
+/// `cpu` with the operator's CPU seconds under the operator's name.
+pub(crate) fn with_operator(
+    mut cpu: BTreeMap<String, f64>,
+    operator_secs: f64,
+) -> BTreeMap<String, f64> {
+    cpu.insert("taint-operator".into(), operator_secs);
+    cpu
+}
+
+/// Mean JSON size of a node of each group, read when a phase's nodes are all right:
+/// the API server's work on every node request grows with it.
+pub(crate) async fn sample_node_bytes(client: &Client, n: usize) -> Result<f64> {
+    let api: Api<Node> = Api::all(client.clone());
+    let sample = n.min(GROUPS);
+    let mut total = 0;
+    for i in 0..sample {
+        let node = api.get(&node_name(i)).await?;
+        total += serde_json::to_vec(&node)?.len();
+    }
+    Ok(total as f64 / sample.max(1) as f64)
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PhaseResult {
+    /// The phase with its round when there are several ("taint 2").
+    pub(crate) name: String,
+    /// The phase without its round ("taint"): what the ratios group by.
+    pub(crate) kind: String,
+    /// "operator" or "baseline"
+    pub(crate) runner: String,
+    /// A baseline round run after the operator stopped.
+    pub(crate) after_operator: bool,
+    pub(crate) transitions: usize,
+    /// First change to every node right.
+    pub(crate) secs: f64,
+    /// Time it took to send the changes (condition flips, pod patches).
+    pub(crate) change_secs: f64,
+    /// Per node: change to taints right, in milliseconds, sorted.
+    pub(crate) latencies_ms: Vec<f64>,
+    pub(crate) node_writes: f64,
+    pub(crate) conflicts: f64,
+    pub(crate) requests: OpMetrics,
+    pub(crate) cpu_secs: Option<f64>,
+    pub(crate) peak_rss_kib: Option<u64>,
+    pub(crate) rss_end_kib: Option<u64>,
+    pub(crate) observer_events: u64,
+    /// CPU seconds of the other processes in this phase: this program, kube-apiserver, etcd.
+    pub(crate) other_cpu: BTreeMap<String, f64>,
+    /// CPU seconds of every process (the operator too) from the first change to the
+    /// moment every node was right: what the phase time is made of. `other_cpu` and
+    /// `cpu_secs` also count what follows (events, status writes) until the operator
+    /// has settled.
+    pub(crate) cpu_to_right: BTreeMap<String, f64>,
+    /// Per node, in node order: (change sent, ms after the phase began; latency, ms).
+    pub(crate) per_node: Vec<(f64, f64)>,
+    /// Mean JSON bytes of a sampled node once every node was right.
+    pub(crate) node_bytes: Option<f64>,
+}
+
+impl PhaseResult {
+    /// Latency by when the change was sent: the nodes in change order, in ten
+    /// slices; per slice (first change, s into the phase; p50 ms; max ms).
+    pub(crate) fn timeline(&self) -> Vec<(f64, f64, f64)> {
+        let mut v = self.per_node.clone();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let slice = v.len().div_ceil(10).max(1);
+        v.chunks(slice)
+            .map(|c| {
+                let mut l: Vec<f64> = c.iter().map(|x| x.1).collect();
+                l.sort_by(|a, b| a.total_cmp(b));
+                (c[0].0 / 1000.0, percentile(&l, 50.0), percentile(&l, 100.0))
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn per_node(
+    t0: Instant,
+    changes: &[Option<Instant>],
+    right: &[Instant],
+) -> Vec<(f64, f64)> {
+    changes
+        .iter()
+        .zip(right)
+        .map(|(c, r)| {
+            let c = c.unwrap_or(t0);
+            (
+                c.saturating_duration_since(t0).as_secs_f64() * 1000.0,
+                r.saturating_duration_since(c).as_secs_f64() * 1000.0,
+            )
+        })
+        .collect()
+}
+
+/// The middle value; with an even count, the mean of the two middle ones (the
+/// baseline has 2R rounds, and the lower middle alone would favour either side).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub(crate) fn latencies(changes: &[Option<Instant>], right: &[Instant]) -> Vec<f64> {
+    let mut v: Vec<f64> = changes
+        .iter()
+        .zip(right)
+        .map(|(c, r)| match c {
+            Some(c) => r.saturating_duration_since(*c).as_secs_f64() * 1000.0,
+            None => 0.0,
+        })
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(
+            median(vec![35.0, 24.0, 29.3, 31.9, 33.4, 27.2]),
+            (29.3 + 31.9) / 2.0
+        );
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![7.0]), 7.0);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[5.0], 99.0), 5.0);
+    }
+}
