@@ -800,3 +800,105 @@ async fn a_reconcile_before_the_cache_sees_our_write_plans_on_the_written_node()
     )
     .await;
 }
+
+/// After an API server restart or an expired watch (410 Gone) the node watch lists
+/// every node again, and the node cache swaps the relisted nodes in only when the
+/// list is done. Reconciles for those nodes queued meanwhile (by the list itself,
+/// or a pod change) must not be the last word: every node ends in the state the
+/// relist brought.
+#[tokio::test]
+async fn a_relist_leaves_every_node_in_the_state_it_brought() {
+    use futures::channel::mpsc as events;
+    use kube::runtime::watcher::Event;
+    use taint_operator::{
+        cache::node_cache::CachedNode,
+        controller::{
+            node_queue::NodeQueue,
+            watches::{feed_node_queue, follow_nodes},
+        },
+    };
+    use tokio::sync::mpsc;
+
+    const NODES: [&str; 3] = ["n1", "n2", "n3"];
+    // While the watch was down, every NIC broke.
+    let relisted: Vec<_> = NODES
+        .iter()
+        .map(|n| {
+            served_node(n)
+                .resource_version("200")
+                .condition(NIC, "Kaput")
+                .build()
+        })
+        .collect();
+    let (mut h, api) = harness(&[nic_policy()], &relisted);
+    // What the cache held before: healthy NICs.
+    for n in NODES {
+        h.put_node(served_node(n).condition(NIC, "Healthy").build());
+    }
+    let writer = h.take_node_writer();
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            for n in NODES {
+                api.expect_node_patch(
+                    n,
+                    json!([
+                        test_rv("200"),
+                        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                    ]),
+                )
+                .await;
+            }
+            for _ in NODES {
+                let event = api.expect_event().await;
+                assert_eq!(event["reason"], "TaintAdded");
+            }
+            api
+        },
+        |h| async move {
+            let ctx = h.ctx.clone();
+            let queue =
+                NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+            let (watch_tx, watch_rx) = events::unbounded();
+            let (touched_tx, touched_rx) = mpsc::unbounded_channel();
+            let (_all_tx, all_rx) = mpsc::unbounded_channel();
+            let feed = tokio::spawn(feed_node_queue(
+                ctx.clone(),
+                queue.clone(),
+                touched_rx,
+                all_rx,
+            ));
+            let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
+            let workers = tokio::spawn(queue.clone().run(1, {
+                let ctx = ctx.clone();
+                move |name| reconcile_named(name, ctx.clone())
+            }));
+
+            watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
+            for node in &relisted {
+                watch_tx
+                    .unbounded_send(Ok(Event::InitApply(CachedNode::from_node(node))))
+                    .unwrap();
+                queue.touch(node.metadata.name.as_deref().unwrap());
+            }
+            // The queued reconciles run while the relist is still coming in.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            watch_tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+
+            while ctx.metrics.node_writes.get() < NODES.len() as u64 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            queue.close();
+            drop(watch_tx);
+            workers.await.unwrap();
+            watch.await.unwrap();
+            feed.abort();
+            drop(h);
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 3);
+}

@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::{
     Api, ResourceExt,
     runtime::{
@@ -50,34 +50,60 @@ pub async fn drive_nodes(
     writer: Writer<CachedNode>,
     touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
 ) {
-    let mut stream = watcher::watcher(api, node_list_pages())
-        .default_backoff()
-        .reflect(writer)
-        .boxed();
+    let events = watcher::watcher(api, node_list_pages()).default_backoff();
+    follow_nodes(ctx, events, writer, touched).await
+}
+
+/// [`drive_nodes`] over any stream of node watch events.
+///
+/// A node is queued only once the node cache holds the version its event brought.
+/// That matters for lists: the reflector collects a list's nodes and swaps them
+/// into the cache only when the list is done (`InitDone`). After the API server
+/// restarts, or a watch expires (410 Gone), the watcher lists again; a reconcile
+/// that ran on a node of that relist before it was done would plan on the node as
+/// it was before, find nothing to do, and nothing would queue the node again.
+pub async fn follow_nodes<S>(
+    ctx: Arc<Context>,
+    events: S,
+    writer: Writer<CachedNode>,
+    touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
+) where
+    S: Stream<Item = Result<Event<CachedNode>, watcher::Error>> + Send,
+{
+    let mut stream = events.reflect(writer).boxed();
+    // The names a list in progress has brought, queued when it is done.
+    let mut listed: Vec<String> = Vec::new();
     while let Some(event) = stream.next().await {
-        let node = match event {
-            Ok(Event::Apply(n) | Event::InitApply(n)) => {
-                ctx.node_seen(n.name());
-                n
-            }
+        let ready: Vec<String> = match event {
+            Ok(Event::Apply(n)) => vec![n.name().to_string()],
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
                 ctx.node_seen(n.name());
                 continue;
             }
-            Ok(Event::Init) => continue,
+            Ok(Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(Event::InitApply(n)) => {
+                listed.push(n.name().to_string());
+                continue;
+            }
             Ok(Event::InitDone) => {
                 ctx.nodes_synced
                     .store(true, std::sync::atomic::Ordering::Release);
-                continue;
+                std::mem::take(&mut listed)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "node watch failed; retrying");
                 continue;
             }
         };
-        if touched.send(ObjectRef::new(node.name())).is_err() {
-            return;
+        for name in ready {
+            ctx.node_seen(&name);
+            if touched.send(ObjectRef::new(&name)).is_err() {
+                return;
+            }
         }
     }
 }

@@ -138,6 +138,12 @@ impl Harness {
             .apply_watcher_event(&watcher::Event::Apply(CachedNode::from_node(&node)));
     }
 
+    /// The node cache's writer, for a test that runs the node watch itself. After
+    /// this, `put_node` no longer reaches the cache.
+    pub fn take_node_writer(&mut self) -> Writer<CachedNode> {
+        std::mem::take(&mut self.nodes)
+    }
+
     pub fn put_policy(&mut self, policy: TaintPolicy) {
         self.policies
             .apply_watcher_event(&watcher::Event::Apply(policy));
