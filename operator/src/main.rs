@@ -1,6 +1,7 @@
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
+use engine::duration::parse_go_duration;
 use taint_operator::{
     plan::{self, Output, PlanArgs},
     run::{RunConfig, run},
@@ -65,6 +66,10 @@ struct RunArgs {
     /// Node reconciles running at once (the rest wait their turn, first come first served).
     #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
+    /// Re-plan every node this often (a Go duration, ±10% jitter), to correct what a
+    /// missed watch event left wrong; 0 turns it off. A converged cluster costs no write.
+    #[arg(long, default_value = "5m", value_parser = parse_interval)]
+    resync_interval: Duration,
     #[arg(
         long,
         value_enum,
@@ -75,6 +80,14 @@ struct RunArgs {
     /// A tracing filter: info, debug, or e.g. info,taint_operator=debug.
     #[arg(long, default_value = "info", env = "TAINT_OPERATOR_LOG")]
     log_level: String,
+}
+
+/// A Go duration (`5m`, `90s`), or `0`.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_go_duration(s).ok_or_else(|| format!("{s:?} is not a Go duration such as 5m or 90s"))
 }
 
 fn run_command(args: RunArgs) -> ExitCode {
@@ -107,6 +120,7 @@ fn run_command(args: RunArgs) -> ExitCode {
         lease_namespace: args.lease_namespace,
         identity,
         concurrency: args.concurrency,
+        resync_interval: args.resync_interval,
     };
     taint_operator::memory::use_one_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -24,7 +24,7 @@ use crate::{
     controller::{
         context::{Context, ContextOptions},
         node_queue::NodeQueue,
-        node_reconciler, policy_reconciler, policy_status,
+        node_reconciler, policy_reconciler, policy_status, resync,
         watches::{drive_nodes, feed_node_queue, sync_gate, watch_policies},
     },
     leader::LeaderElector,
@@ -40,6 +40,8 @@ pub struct RunConfig {
     pub lease_namespace: String,
     pub identity: String,
     pub concurrency: u16,
+    /// Time between periodic full resyncs; zero turns them off.
+    pub resync_interval: Duration,
 }
 
 /// Why the operator could not start: one line each, said plainly.
@@ -240,6 +242,11 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         changed_nodes_rx,
         all_nodes_rx,
     ));
+    tokio::spawn(resync::resync_nodes(
+        ctx.clone(),
+        queue.clone(),
+        cfg.resync_interval,
+    ));
     let nodes = {
         let ctx = ctx.clone();
         let queue = queue.clone();
@@ -255,8 +262,8 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
                 closer.close();
             });
             queue
-                .run(cfg.concurrency.into(), move |name| {
-                    node_reconciler::reconcile_named(name, ctx.clone())
+                .run(cfg.concurrency.into(), move |work| {
+                    node_reconciler::reconcile_named(work, ctx.clone())
                 })
                 .await;
         }

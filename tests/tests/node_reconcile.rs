@@ -9,7 +9,7 @@ use support::{
     NoExecute, NoSchedule, cond, harness, match_labels, pod, policy, scenario, served_node,
     verifier::{assert_event, conflict, node_invalid, patch_not_applied, test_failed},
 };
-use taint_operator::controller::node_queue::Next;
+use taint_operator::controller::node_queue::{Next, Work};
 use taint_operator::{
     controller::node_reconciler::{HELD_BACK_RECHECK, reconcile_named, reconcile_node},
     controller::node_writer::MAX_ATTEMPTS,
@@ -60,7 +60,16 @@ async fn a_node_deleted_before_its_turn_is_skipped_without_a_request() {
         h,
         api,
         |api| async move { api },
-        |h| async move { reconcile_named("gone".into(), h.ctx.clone()).await },
+        |h| async move {
+            reconcile_named(
+                Work {
+                    node: "gone".into(),
+                    by_resync: false,
+                },
+                h.ctx.clone(),
+            )
+            .await
+        },
     )
     .await;
     assert_eq!(next, Next::AwaitChange);
@@ -901,4 +910,72 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
     )
     .await;
     assert_eq!(metrics.node_writes.get(), 3);
+}
+
+/// The periodic resync plans every cached node again: a node that no event queued
+/// but is wrong gets its write (counted as a correction); a converged one costs no
+/// request at all.
+#[tokio::test]
+async fn a_resync_corrects_a_missed_node_and_leaves_a_converged_one_alone() {
+    use taint_operator::{
+        controller::{node_queue::NodeQueue, resync::resync_nodes},
+        telemetry::metrics::ControllerLabel,
+    };
+
+    let missed = served_node("missed").condition(NIC, "Kaput").build();
+    let converged = served_node("converged")
+        .condition(NIC, "Kaput")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[converged, missed]);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "missed",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                ]),
+            )
+            .await;
+            let event = api.expect_event().await;
+            assert_eq!(event["reason"], "TaintAdded");
+            api
+        },
+        |h| async move {
+            let ctx = h.ctx.clone();
+            let queue =
+                NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+            let resync = tokio::spawn(resync_nodes(
+                ctx.clone(),
+                queue.clone(),
+                Duration::from_millis(20),
+            ));
+            let workers = tokio::spawn(queue.clone().run(1, {
+                let ctx = ctx.clone();
+                move |work| reconcile_named(work, ctx.clone())
+            }));
+            let node_reconciles = ctx
+                .metrics
+                .reconciles
+                .get_or_create(&ControllerLabel { controller: "node" });
+            while node_reconciles.get() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            resync.abort();
+            queue.close();
+            workers.await.unwrap();
+            let _ = resync.await;
+            drop(h);
+        },
+    )
+    .await;
+    assert_eq!(metrics.resync_corrections.get(), 1);
+    assert_eq!(metrics.node_writes.get(), 1);
+    assert!(metrics.resyncs.get() >= 1);
 }

@@ -1,7 +1,8 @@
 //! The controller: the watches that feed it (`watches`), the node work queue and
 //! its reconciler, the one-patch node writer, node events, the policy reconciler
-//! (finalizer cleanup) and status writer, and the `maxTaintedNodes` ledger. Every
-//! decision comes from the engine; this layer reads the caches and writes.
+//! (finalizer cleanup) and status writer, the `maxTaintedNodes` ledger, and the
+//! periodic resync under it all. Every decision comes from the engine; this layer
+//! reads the caches and writes.
 
 pub mod cap_ledger;
 pub mod context;
@@ -12,4 +13,5 @@ pub mod node_reconciler;
 pub mod node_writer;
 pub mod policy_reconciler;
 pub mod policy_status;
+pub mod resync;
 pub mod watches;

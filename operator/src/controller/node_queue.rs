@@ -13,7 +13,7 @@
 //! being reconciled queues it again for when that reconcile ends.
 
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque, hash_map::Entry},
+    collections::{BTreeSet, HashMap, HashSet, VecDeque, hash_map::Entry},
     future::Future,
     sync::{Arc, Mutex},
     time::Duration,
@@ -35,6 +35,15 @@ pub enum Next {
     After(Duration),
 }
 
+/// A node a worker takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    pub node: String,
+    /// Queued by a periodic resync and nothing else since: if this reconcile writes,
+    /// a watch missed an update.
+    pub by_resync: bool,
+}
+
 /// Where a node is in the queue; a node with no entry is idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -52,6 +61,8 @@ struct State {
     /// With the moment each became due.
     due: VecDeque<(Box<str>, Instant)>,
     later: BTreeSet<(Instant, Box<str>)>,
+    /// Due nodes that only a resync queued.
+    by_resync: HashSet<Box<str>>,
     closed: bool,
 }
 
@@ -84,6 +95,7 @@ impl NodeQueue {
         {
             let mut guard = self.lock();
             let state = &mut *guard;
+            state.by_resync.remove(name);
             match state.slots.get_mut(name) {
                 Some(slot) => match *slot {
                     Slot::Due => return,
@@ -106,6 +118,27 @@ impl NodeQueue {
         self.work.notify_one();
     }
 
+    /// A periodic resync: re-plan an idle or waiting node, marked as the resync's
+    /// alone. A node already due or running will be planned on current state anyway.
+    pub fn touch_resync(&self, name: &str) {
+        {
+            let mut guard = self.lock();
+            let state = &mut *guard;
+            match state.slots.get(name) {
+                Some(Slot::Due | Slot::Running { .. }) => return,
+                Some(Slot::Later(at)) => {
+                    state.later.remove(&(*at, Box::from(name)));
+                }
+                None => {}
+            }
+            state.slots.insert(Box::from(name), Slot::Due);
+            state.by_resync.insert(Box::from(name));
+            state.due.push_back((Box::from(name), Instant::now()));
+            self.writes.begin();
+        }
+        self.work.notify_one();
+    }
+
     /// Stops handing out work; `run` returns once the running reconciles end.
     pub fn close(&self) {
         self.lock().closed = true;
@@ -114,10 +147,11 @@ impl NodeQueue {
     }
 
     /// Reconciles queued nodes with `workers` at a time until `close`. `reconcile`
-    /// gets the node's name; a panic in it is logged and retried like an error.
+    /// gets the node's name and why it is due; a panic in it is logged and retried
+    /// like an error.
     pub async fn run<F, Fut>(self: Arc<Self>, workers: usize, reconcile: F)
     where
-        F: Fn(String) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(Work) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Next> + Send + 'static,
     {
         let timers = tokio::spawn(self.clone().run_timers());
@@ -132,11 +166,15 @@ impl NodeQueue {
 
     async fn work<F, Fut>(self: Arc<Self>, reconcile: F)
     where
-        F: Fn(String) -> Fut,
+        F: Fn(Work) -> Fut,
         Fut: Future<Output = Next>,
     {
-        while let Some(name) = self.next().await {
-            let next = std::panic::AssertUnwindSafe(reconcile(name.to_string()))
+        while let Some((name, by_resync)) = self.next().await {
+            let work = Work {
+                node: name.to_string(),
+                by_resync,
+            };
+            let next = std::panic::AssertUnwindSafe(reconcile(work))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
@@ -147,8 +185,9 @@ impl NodeQueue {
         }
     }
 
-    /// The next due node, now marked running; None once closed.
-    async fn next(&self) -> Option<Box<str>> {
+    /// The next due node, now marked running, and whether only a resync queued it;
+    /// None once closed.
+    async fn next(&self) -> Option<(Box<str>, bool)> {
         loop {
             let work = self.work.notified();
             tokio::pin!(work);
@@ -161,6 +200,7 @@ impl NodeQueue {
                 }
                 if let Some((name, since)) = state.due.pop_front() {
                     self.waited.observe(since.elapsed().as_secs_f64());
+                    let by_resync = state.by_resync.remove(&name);
                     state
                         .slots
                         .insert(name.clone(), Slot::Running { again: false });
@@ -171,7 +211,7 @@ impl NodeQueue {
                         // raced with another worker that took a different node.
                         self.work.notify_one();
                     }
-                    return Some(name);
+                    return Some((name, by_resync));
                 }
             }
             work.await;
@@ -207,6 +247,7 @@ impl NodeQueue {
             // single reconcile of a quiet cluster, which would free and regrow them).
             state.slots.shrink_to_fit();
             state.due.shrink_to_fit();
+            state.by_resync.shrink_to_fit();
         }
         self.writes.end();
     }
@@ -290,7 +331,8 @@ mod tests {
         let t0 = Instant::now();
         let l = log.clone();
         let next = Arc::new(next);
-        let run = tokio::spawn(q.clone().run(workers, move |name: String| {
+        let run = tokio::spawn(q.clone().run(workers, move |work: Work| {
+            let name = work.node;
             let log = l.clone();
             let next = next.clone();
             async move {
@@ -438,13 +480,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_resync_mark_lasts_only_until_a_real_change() {
+        let q = queue();
+        q.touch_resync("resync-only");
+        q.touch_resync("then-changed");
+        q.touch("then-changed");
+        q.touch("changed-first");
+        q.touch_resync("changed-first");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let _run = tokio::spawn(q.clone().run(1, move |work: Work| {
+            s.lock().unwrap().push((work.node, work.by_resync));
+            async { Next::AwaitChange }
+        }));
+        settle().await;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                ("resync-only".to_string(), true),
+                ("then-changed".to_string(), false),
+                ("changed-first".to_string(), false),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_panicking_reconcile_is_retried_and_the_worker_survives() {
         let q = queue();
         q.touch("boom");
         q.touch("fine");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        let _run = tokio::spawn(q.clone().run(1, move |name: String| {
+        let _run = tokio::spawn(q.clone().run(1, move |work: Work| {
+            let name = work.node;
             let seen = s.clone();
             async move {
                 let first = {

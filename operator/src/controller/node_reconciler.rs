@@ -20,7 +20,7 @@ use crate::{
     cache::node_cache::CachedNode,
     controller::context::Context,
     controller::error::{Error, Result},
-    controller::node_queue::Next,
+    controller::node_queue::{Next, Work},
     controller::node_writer::write_node,
     telemetry::metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
 };
@@ -37,37 +37,54 @@ const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 
 /// The node queue's reconcile: the node as the cache has it when a worker takes it.
-pub async fn reconcile_named(name: String, ctx: Arc<Context>) -> Next {
+pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
     // Deleted since it was queued: nothing to do.
-    let Some(node) = ctx.nodes.get(&ObjectRef::new(&name)) else {
+    let Some(node) = ctx.nodes.get(&ObjectRef::new(&work.node)) else {
         return Next::AwaitChange;
     };
-    match reconcile_node(node, ctx.clone()).await {
-        Ok(next) => next,
-        Err(e) => error_policy(&name, &e, &ctx),
+    match reconcile(node, ctx.clone()).await {
+        Ok((next, wrote)) => {
+            if wrote && work.by_resync {
+                // Only the resync queued this node, and it was wrong: some watch
+                // event never led to a reconcile.
+                ctx.metrics.resync_corrections.inc();
+                tracing::warn!(
+                    node = work.node,
+                    "periodic resync corrected a node no event had queued"
+                );
+            }
+            next
+        }
+        Err(e) => error_policy(&work.node, &e, &ctx),
     }
 }
 
 pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Next> {
+    reconcile(node, ctx).await.map(|(next, _)| next)
+}
+
+/// What to do next, and whether the node was written.
+async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bool)> {
     ctx.wait_synced().await;
     let node = ctx.freshest(node);
     let set = ctx.policy_set();
     if !ctx.pod_watches.synced_for(&set) {
         // A policy was just added and its critical pods are still being listed.
-        return Ok(Next::After(Duration::from_millis(200)));
+        return Ok((Next::After(Duration::from_millis(200)), false));
     }
     let started = std::time::Instant::now();
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
-    let next_check = converge_node(&ctx, &set, (*node).clone()).await?;
+    let converged = converge_node(&ctx, &set, (*node).clone()).await?;
     ctx.metrics
         .reconcile_duration
         .get_or_create(&CONTROLLER)
         .observe(started.elapsed().as_secs_f64());
     ctx.status_refresh.notify_one();
-    Ok(match next_check {
+    let next = match converged.next_check {
         Some(at) => Next::After(until(at, (ctx.clock)())),
         None => Next::AwaitChange,
-    })
+    };
+    Ok((next, converged.wrote))
 }
 
 pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
@@ -85,14 +102,18 @@ pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
 /// A failed reconcile is retried after this long.
 pub const ERROR_RETRY: Duration = Duration::from_secs(2);
 
-/// Brings one node in line with `set`: at most one successful write. Returns when
-/// the node must be evaluated again: a `for` window ends, or `maxTaintedNodes`
-/// holds it back and room may have freed up by then.
-pub async fn converge_node(
-    ctx: &Context,
-    set: &PolicySet,
-    node: CachedNode,
-) -> Result<Option<Timestamp>> {
+/// What converging one node did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Converged {
+    /// When the node must be evaluated again: a `for` window ends, or
+    /// `maxTaintedNodes` holds it back and room may have freed up by then.
+    pub next_check: Option<Timestamp>,
+    /// A patch was written.
+    pub wrote: bool,
+}
+
+/// Brings one node in line with `set`: at most one successful write.
+pub async fn converge_node(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Converged> {
     let now = (ctx.clock)();
     let next_check = Mutex::new(None);
     let held_back = Mutex::new(false);
@@ -137,6 +158,7 @@ pub async fn converge_node(
         // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
         ctx.pod_watches.reevaluate(wake);
     }
+    let wrote = written.is_some();
     if let Some(w) = written {
         ctx.wrote(&w.base_resource_version, &w.node);
         report(ctx, &w.node, &w.plan);
@@ -150,7 +172,7 @@ pub async fn converge_node(
             .unwrap_or(Timestamp::MAX);
         next_check = Some(next_check.map_or(recheck, |t| t.min(recheck)));
     }
-    Ok(next_check)
+    Ok(Converged { next_check, wrote })
 }
 
 /// Counts, logs and explains a write: one event for what it added and one for what

@@ -48,6 +48,10 @@ pub struct Metrics {
     pub taints_removed: Family<PolicyLabel, Counter>,
     pub tainted_nodes: Family<PolicyLabel, Gauge>,
     pub api_requests: Family<RequestLabels, Counter>,
+    /// Full resyncs started (every node queued for a re-plan).
+    pub resyncs: Counter,
+    /// Nodes a resync found wrong and wrote: updates the watches missed.
+    pub resync_corrections: Counter,
 }
 
 impl Default for Metrics {
@@ -61,6 +65,8 @@ impl Default for Metrics {
             ])
         });
         let node_writes = Counter::default();
+        let resyncs = Counter::default();
+        let resync_corrections = Counter::default();
         let node_write_conflicts = Counter::default();
         let latency_buckets = || {
             Histogram::new([
@@ -134,6 +140,16 @@ impl Default for Metrics {
             "Requests sent to the API server, by verb, resource and status code",
             api_requests.clone(),
         );
+        registry.register(
+            "resyncs",
+            "Periodic full resyncs started (every node re-planned)",
+            resyncs.clone(),
+        );
+        registry.register(
+            "resync_corrections",
+            "Nodes a periodic resync found wrong and wrote; a missed update, so non-zero is a bug signal",
+            resync_corrections.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             reconciles,
@@ -148,6 +164,8 @@ impl Default for Metrics {
             taints_removed,
             tainted_nodes,
             api_requests,
+            resyncs,
+            resync_corrections,
         }
     }
 }
