@@ -211,12 +211,17 @@ pub struct ConditionMatcher {
     #[schemars(length(min = 1, max = 1024))]
     pub reason: Option<String>,
     /// How long the condition must have matched, counted from its lastTransitionTime,
-    /// as a Go duration such as `30s`, `5m` or `1h30m`.
+    /// as a Go duration such as `30s`, `5m` or `1h30m`, at most `2562047h`.
     #[serde(rename = "for", default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(max = 64),
         regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
     )]
+    // Go's durations end at 2562047h47m16.854775807s; a longer one would overflow
+    // wherever a Go client reads the policy. Twelve digits in a row overflow in any
+    // unit, and CEL's && is false when one side is, so those get this message too.
+    #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('2562047h')")
+        .message("must be at most 2562047h, the longest Go duration"))]
     pub for_: Option<String>,
 }
 

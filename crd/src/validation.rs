@@ -359,6 +359,23 @@ mod tests {
             refused(json!({"taints": [taint()], "matchers": m}))[0]
                 .starts_with("spec.matchers[0].conditions[0].for")
         );
+        // Longer than Go's durations go: refused, whatever the unit or digit count.
+        for too_long in ["2562048h", "9999999h", "99999999999h", "999999999999999s"] {
+            let m = json!([{"conditions": [{"type": "A", "status": "B", "for": too_long}]}]);
+            let errs = refused(json!({"taints": [taint()], "matchers": m}));
+            assert!(
+                errs[0].starts_with("spec.matchers[0].conditions[0].for")
+                    && errs[0].contains("at most 2562047h"),
+                "{too_long}: {errs:?}"
+            );
+        }
+        for fine in ["2562047h", "10µs", "1h30m", "0.5s"] {
+            let m = json!([{"conditions": [{"type": "A", "status": "B", "for": fine}]}]);
+            assert!(
+                validate_policy(&policy(json!({"taints": [taint()], "matchers": m}))).is_ok(),
+                "{fine}"
+            );
+        }
         for bad in [json!("150%"), json!("abc"), json!(-1)] {
             let errs = refused(
                 json!({"taints": [taint()], "matchers": matcher(), "maxTaintedNodes": bad}),

@@ -2,7 +2,12 @@
 
 use std::time::Duration;
 
-/// Parses a Go duration. Returns `None` for anything the CRD pattern would refuse.
+/// The longest duration Go can hold (`math.MaxInt64` nanoseconds, about 2562047h):
+/// the CRD refuses longer `for` windows, and so does the operator.
+pub const MAX_GO_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// Parses a Go duration. Returns `None` for anything the CRD would refuse:
+/// malformed, or longer than [`MAX_GO_DURATION`].
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
     if s.is_empty() {
         return None;
@@ -39,7 +44,9 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         total += value * unit_secs;
         rest = &tail[unit_len..];
     }
-    Duration::try_from_secs_f64(total).ok()
+    Duration::try_from_secs_f64(total)
+        .ok()
+        .filter(|d| *d <= MAX_GO_DURATION)
 }
 
 #[cfg(test)]
@@ -54,6 +61,10 @@ mod tests {
         assert_eq!(parse_go_duration("300ms"), Some(Duration::from_millis(300)));
         assert_eq!(parse_go_duration("2h0m5s"), Some(Duration::from_secs(7205)));
         assert_eq!(parse_go_duration("10µs"), Some(Duration::from_micros(10)));
+        assert_eq!(
+            parse_go_duration("2562047h"),
+            Some(Duration::from_secs(2_562_047 * 3600))
+        );
     }
 
     #[test]
@@ -68,6 +79,9 @@ mod tests {
             "1d",
             "-5s",
             "1..2s",
+            "2562048h",
+            "99999999999h",
+            "9223372036854775808ns",
         ] {
             assert_eq!(parse_go_duration(bad), None, "{bad}");
         }

@@ -187,7 +187,7 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
                 Some(d) => Some(parse_go_duration(d).ok_or_else(|| InvalidSpec {
                     field: format!("{field}.for"),
                     message: format!(
-                        "invalid duration {d:?}: use a Go duration such as 30s or 1m30s"
+                        "invalid duration {d:?}: use a Go duration such as 30s or 1m30s, at most 2562047h"
                     ),
                 })?),
             };

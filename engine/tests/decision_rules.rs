@@ -1570,6 +1570,17 @@ fn invalid_for_duration_is_reported_with_its_field() {
     assert_invalid(p, "spec.matchers[0].conditions[0].for");
 }
 
+/// What the CRD lets through but Go cannot hold (an API server without the CEL rule,
+/// or a policy read from a file): an eleven-million-year window is refused, not waited.
+#[test]
+fn a_for_window_beyond_gos_durations_is_invalid() {
+    let p = policy("p").taint(KEY, "yes", NoSchedule).matcher([
+        cond("NIC", "Kaput"),
+        cond("Other", "True").for_("99999999999h"),
+    ]);
+    assert_invalid(p, "spec.matchers[0].conditions[1].for");
+}
+
 #[test]
 fn invalid_readiness_status_regex_is_reported_with_its_field() {
     let p = policy("p")

@@ -162,6 +162,11 @@ pub async fn refused(h: &Harness) -> Result {
             &["spec.matchers[0].conditions[0].for"],
         ),
         (
+            "for longer than Go's durations",
+            json!({"taints": taint, "matchers": [{"conditions": [{"type": "Broken", "status": "True", "for": "99999999999h"}]}]}),
+            &["spec.matchers[0].conditions[0].for", "at most 2562047h"],
+        ),
+        (
             "maxTaintedNodes over 100%",
             json!({"taints": taint, "matchers": matchers, "maxTaintedNodes": "150%"}),
             &["spec.maxTaintedNodes"],
