@@ -38,6 +38,12 @@ impl ManagedTaints {
         )
     }
 
+    /// True when the annotation is what the operator writes: a JSON object of strings.
+    /// Anything else is read as owning nothing (see [`ManagedTaints::parse`]).
+    pub fn well_formed(annotation: &str) -> bool {
+        serde_json::from_str::<BTreeMap<String, String>>(annotation).is_ok()
+    }
+
     /// The annotation value, or `None` when nothing is owned (the annotation is then removed).
     pub fn to_annotation(&self) -> Option<String> {
         (!self.0.is_empty())
@@ -106,6 +112,13 @@ impl Bootstrapped {
         ))
     }
 
+    /// True when the annotation is what the operator writes: a JSON object whose
+    /// values are `<uid>@<time>`. Entries of any other shape record nothing.
+    pub fn well_formed(annotation: &str) -> bool {
+        serde_json::from_str::<BTreeMap<String, String>>(annotation)
+            .is_ok_and(|m| m.values().all(|v| v.contains('@')))
+    }
+
     pub fn get(&self, policy: &str) -> Option<&Completion> {
         self.position(policy).ok().map(|i| &self.0.0[i].1)
     }
@@ -148,6 +161,27 @@ impl Bootstrapped {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn well_formed_is_what_the_operator_writes() {
+        assert!(ManagedTaints::well_formed(r#"{"k:NoSchedule":"p"}"#));
+        assert!(ManagedTaints::well_formed("{}"));
+        for bad in [
+            "",
+            "not json",
+            "[]",
+            r#"{"k:NoSchedule":1}"#,
+            r#"{"k":{"p":1}}"#,
+        ] {
+            assert!(!ManagedTaints::well_formed(bad), "{bad}");
+        }
+        assert!(Bootstrapped::well_formed(
+            r#"{"p":"uid@2026-11-20T12:00:00Z"}"#
+        ));
+        for bad in ["nope", r#"{"p":"no-at-sign"}"#, r#"{"p":true}"#] {
+            assert!(!Bootstrapped::well_formed(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn managed_taints_round_trip_and_malformed_owns_nothing() {

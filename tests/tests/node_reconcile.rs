@@ -979,3 +979,49 @@ async fn a_resync_corrects_a_missed_node_and_leaves_a_converged_one_alone() {
     assert_eq!(metrics.node_writes.get(), 1);
     assert!(metrics.resyncs.get() >= 1);
 }
+
+/// A managed-taints annotation that is not JSON proves no ownership: the operator
+/// ignores it and its write replaces it, but says so first, in a Warning event on
+/// the node naming the annotation.
+#[tokio::test]
+async fn a_malformed_ownership_annotation_is_replaced_with_a_warning() {
+    let n1 = served_node("n1")
+        .condition(NIC, "Kaput")
+        .annotation("nodetaint.io/managed-taints", "{not json")
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("100"),
+                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+                ]),
+            )
+            .await;
+            let warning = api.expect_event().await;
+            assert_event(
+                &warning,
+                "Warning",
+                "MalformedAnnotation",
+                "IgnoreAnnotation",
+                "annotation nodetaint.io/managed-taints is not valid JSON of the right shape (\"{not json\"); it proves no ownership, so the operator ignores it and replaces it on its next write of this node",
+                node_ref("n1"),
+            );
+            let added = api.expect_event().await;
+            assert_eq!(added["reason"], "TaintAdded");
+            api
+        },
+        |h| async move {
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+            // The same value again (a reconcile before the watch brings the write):
+            // no second warning.
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap()
+        },
+    )
+    .await;
+}

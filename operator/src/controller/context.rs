@@ -22,6 +22,7 @@ use crate::{
     cache::node_cache::CachedNode,
     cache::pod_cache::PodCache,
     cache::pod_watch::PodWatches,
+    controller::annotation_warnings::Reported,
     controller::cap_ledger::CapLedger,
     controller::node_events::{self, EventQueue, WriteActivity},
     telemetry::metrics::Metrics,
@@ -53,6 +54,8 @@ pub struct Context {
     /// write returned), until the node watch delivers anything newer. A reconcile
     /// that runs before then would plan on the replaced node and lose a conflict.
     pub recent_writes: Mutex<HashMap<String, (String, Arc<CachedNode>)>>,
+    /// Malformed ownership annotations already warned about.
+    pub malformed_reported: Reported,
     /// Nodes queued for or in a reconcile: node events wait for them (see `node_events`).
     pub node_writes: Arc<WriteActivity>,
     /// Node events on their way out; see `emit`.
@@ -123,6 +126,7 @@ impl Context {
             node_writes,
             cleanup_grace: options.cleanup_grace,
             recent_writes: Mutex::default(),
+            malformed_reported: Reported::default(),
             reporter,
             client,
             nodes,

@@ -4,6 +4,7 @@
 //! periodic resync under it all. Every decision comes from the engine; this layer
 //! reads the caches and writes.
 
+pub mod annotation_warnings;
 pub mod cap_ledger;
 pub mod context;
 pub mod error;

@@ -18,6 +18,7 @@ use kube::{
 
 use crate::{
     cache::node_cache::CachedNode,
+    controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
     controller::node_queue::{Next, Work},
@@ -74,6 +75,7 @@ async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bo
     }
     let started = std::time::Instant::now();
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
+    warn_malformed(&ctx.malformed_reported, &node, |e, r| ctx.emit(e, r));
     let converged = converge_node(&ctx, &set, (*node).clone()).await?;
     ctx.metrics
         .reconcile_duration
