@@ -21,6 +21,9 @@ use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
 use crate::cache::node_cache::CachedNode;
 use engine::ownership::{Bootstrapped, ManagedTaints};
 
+/// Whether an annotation's value is what the operator writes.
+type WellFormed = fn(&str) -> bool;
+
 /// The (node, annotation, value hash) triples already reported.
 #[derive(Default)]
 pub struct Reported(Mutex<HashSet<(Box<str>, &'static str, u64)>>);
@@ -32,7 +35,7 @@ pub fn warn_malformed(
     node: &CachedNode,
     emit: impl Fn(Event, ObjectReference),
 ) {
-    let checks: [(&'static str, fn(&str) -> bool); 2] = [
+    let checks: [(&'static str, WellFormed); 2] = [
         (MANAGED_TAINTS_ANNOTATION, ManagedTaints::well_formed),
         (BOOTSTRAPPED_ANNOTATION, Bootstrapped::well_formed),
     ];
