@@ -6,6 +6,8 @@
 #   e2e/control-plane.sh rbac   DIR   re-apply the operator's ClusterRole/Role (+ bindings)
 #   e2e/control-plane.sh status DIR   exit 0 if the apiserver in DIR answers /readyz
 #   e2e/control-plane.sh stop   DIR   stop both processes, remove DIR (keep it with KEEP=1)
+#   e2e/control-plane.sh restart-apiserver DIR | restart-etcd DIR
+#                                     stop one process and start it again, same ports (and data)
 #
 # Binaries come from $KUBE_APISERVER_BIN and $ETCD_BIN; if either is missing the
 # script exits 3 (the e2e harness treats 3 as "skip"). It never downloads or builds.
@@ -46,6 +48,8 @@ usage: $0 {start|stop|rbac|status} DIR
               $RBAC_RULES_FILE) and the leases Role/RoleBinding
   status DIR  exit 0 if the control plane in DIR is ready
   stop DIR    stop etcd and kube-apiserver; remove DIR unless KEEP=1
+  restart-apiserver DIR   stop kube-apiserver and start it again on the same port
+  restart-etcd DIR        stop etcd and start it again on the same ports and data
 
 env: KUBE_APISERVER_BIN, ETCD_BIN (required for start; exit 3 if unusable),
      OPERATOR_NAMESPACE (default taint-operator), RBAC_RULES_FILE, START_TIMEOUT (s),
@@ -153,12 +157,14 @@ write_kubeconfig() { # FILE USER CERT KEY SERVER PKI
 # ---------------------------------------------------------------- processes
 # Background processes get stdin/stdout/stderr away from the caller, so a test
 # harness that captures this script's output does not wait for them.
-start_etcd() {
-  local dir=$1 attempt
+start_etcd() { # DIR [restart: same ports and data]
+  local dir=$1 restart=${2:-} attempt
   for attempt in 1 2 3; do
-    free_port ETCD_PORT
-    free_port ETCD_PEER_PORT
-    rm -rf "$dir/etcd-data"
+    if [[ -z $restart ]]; then
+      free_port ETCD_PORT
+      free_port ETCD_PEER_PORT
+      rm -rf "$dir/etcd-data"
+    fi
     "$ETCD_BIN" --name e2e --data-dir "$dir/etcd-data" \
       --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
       --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -167,7 +173,7 @@ start_etcd() {
       --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
       --initial-cluster-state new --logger zap --log-outputs stderr \
       --quota-backend-bytes "$ETCD_QUOTA_BYTES" \
-      </dev/null >"$dir/etcd.log" 2>&1 &
+      </dev/null >>"$dir/etcd.log" 2>&1 &
     echo $! >"$dir/etcd.pid"
     local pid=$!
     for _ in $(seq 1 100); do
@@ -178,7 +184,7 @@ start_etcd() {
       sleep 0.2
     done
     if pid_alive "$pid"; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    if grep -q 'address already in use' "$dir/etcd.log"; then
+    if [[ -z $restart ]] && grep -q 'address already in use' "$dir/etcd.log"; then
       log "etcd port clash (attempt $attempt), retrying"
       continue
     fi
@@ -188,14 +194,16 @@ start_etcd() {
   die "etcd could not bind a free port"
 }
 
-start_apiserver() {
-  local dir=$1 pki=$1/pki attempt
+start_apiserver() { # DIR [restart: same port]
+  local dir=$1 restart=${2:-} pki=$1/pki attempt
   # shellcheck disable=SC2206
   local extra=(${KUBE_APISERVER_EXTRA_ARGS:-})
   for attempt in 1 2 3; do
-    free_port APISERVER_PORT
-    APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
-    write_kubeconfig "$dir/admin.kubeconfig" e2e-admin "$pki/admin.crt" "$pki/admin.key" "$APISERVER_URL" "$pki"
+    if [[ -z $restart ]]; then
+      free_port APISERVER_PORT
+      APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
+      write_kubeconfig "$dir/admin.kubeconfig" e2e-admin "$pki/admin.crt" "$pki/admin.key" "$APISERVER_URL" "$pki"
+    fi
     "$KUBE_APISERVER_BIN" \
       --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
       --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
@@ -213,7 +221,7 @@ start_apiserver() {
       --allow-privileged=true \
       --profiling=false \
       "${extra[@]}" \
-      </dev/null >"$dir/kube-apiserver.log" 2>&1 &
+      </dev/null >>"$dir/kube-apiserver.log" 2>&1 &
     local pid=$!
     echo "$pid" >"$dir/kube-apiserver.pid"
     local deadline=$((SECONDS + START_TIMEOUT))
@@ -229,7 +237,7 @@ start_apiserver() {
     done
     local timed_out=0
     if pid_alive "$pid"; then timed_out=1; kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    if grep -q 'address already in use' "$dir/kube-apiserver.log"; then
+    if [[ -z $restart ]] && grep -q 'address already in use' "$dir/kube-apiserver.log"; then
       log "kube-apiserver port clash (attempt $attempt), retrying"
       continue
     fi
@@ -253,10 +261,13 @@ our_pid() { # DIR NAME
   fi
 }
 
-stop_processes() { # DIR
+stop_processes() { # DIR [NAME...]
   # kube-apiserver first: it hangs in shutdown if etcd is already gone
   local dir=$1 name pid
-  for name in kube-apiserver etcd; do
+  shift
+  local names=("$@")
+  ((${#names[@]})) || names=(kube-apiserver etcd)
+  for name in "${names[@]}"; do
     pid=$(our_pid "$dir" "$name")
     if [[ -n $pid ]]; then
       kill -TERM "$pid" 2>/dev/null || true
@@ -381,6 +392,7 @@ export OPERATOR_KUBECONFIG=$dir/operator.kubeconfig
 export OPERATOR_NAMESPACE=$OPERATOR_NAMESPACE
 export KUBE_APISERVER_URL=$APISERVER_URL
 export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
+export ETCD_PEER_PORT=$ETCD_PEER_PORT
 export CONTROL_PLANE_DIR=$dir
 EOF
   trap - EXIT
@@ -413,6 +425,30 @@ cmd_stop() {
   fi
 }
 
+# Restarts one process of a running control plane on the same ports (and, for
+# etcd, the same data): what a test of the operator's watches needs.
+cmd_restart() { # DIR kube-apiserver|etcd
+  local dir=$1 name=$2
+  [[ -f $dir/env ]] || die "no control plane in $dir"
+  dir=$(cd "$dir" && pwd)
+  check_binaries
+  # shellcheck disable=SC1091
+  . "$dir/env"
+  APISERVER_URL=$KUBE_APISERVER_URL
+  APISERVER_PORT=${KUBE_APISERVER_URL##*:}
+  ETCD_PORT=${ETCD_ENDPOINT##*:}
+  local t0=$SECONDS
+  stop_processes "$dir" "$name"
+  case $name in
+    kube-apiserver) start_apiserver "$dir" restart ;;
+    etcd)
+      [[ -n ${ETCD_PEER_PORT:-} ]] || die "cannot tell etcd's peer port (a control plane started by an older script)"
+      start_etcd "$dir" restart
+      ;;
+  esac
+  log "$name restarted in $((SECONDS - t0))s"
+}
+
 cmd_status() {
   local dir=$1
   [[ -f $dir/admin.kubeconfig ]] || { log "no control plane in $dir"; return 1; }
@@ -424,6 +460,8 @@ cmd_status() {
 [[ $# -eq 2 ]] || usage
 case $1 in
   start) cmd_start "$2" ;;
+  restart-apiserver) cmd_restart "$2" kube-apiserver ;;
+  restart-etcd) cmd_restart "$2" etcd ;;
   stop) cmd_stop "$2" ;;
   rbac)
     need_tool kubectl "applying RBAC"

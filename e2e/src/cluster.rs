@@ -189,6 +189,36 @@ impl Harness {
         self.op.lock().await.metrics().await
     }
 
+    /// The API server's address, from the admin kubeconfig, when the suite started
+    /// the control plane itself (`None` with `E2E_KUBECONFIG`: not ours to restart).
+    pub fn own_apiserver(&self) -> Option<std::net::SocketAddr> {
+        let cp = self.control_plane.as_ref()?;
+        let env = read_env_file(&cp.dir.join("env")).ok()?;
+        let url = env.get("KUBE_APISERVER_URL")?;
+        url.strip_prefix("https://")?.parse().ok()
+    }
+
+    /// `control-plane.sh restart-apiserver` or `restart-etcd` on the suite's control
+    /// plane: `which` is `apiserver` or `etcd`.
+    pub async fn restart(&self, which: &str) -> Result {
+        let Some(cp) = &self.control_plane else {
+            crate::bail!("no control plane of the suite's own to restart");
+        };
+        let out = tokio::process::Command::new("bash")
+            .arg(&cp.script)
+            .arg(format!("restart-{which}"))
+            .arg(&cp.dir)
+            .output()
+            .await?;
+        if !out.status.success() {
+            crate::bail!(
+                "control-plane.sh restart-{which} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     pub fn read_example(&self, file: &str) -> Result<serde_json::Value> {
         let path = self.repo_root.join("examples").join(file);
         let text = std::fs::read_to_string(&path)

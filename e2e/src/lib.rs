@@ -12,11 +12,13 @@
 pub mod cluster;
 pub mod k8s;
 pub mod operator;
+pub mod proxy;
 pub mod wait;
 
 pub use cluster::{Harness, SKIP_LINE, Setup, Started, start_control_plane};
 pub use k8s::{Cond, K, PolicyView};
 pub use operator::{Metrics, Operator, free_port};
+pub use proxy::Proxy;
 pub use wait::{always_for, eventually, eventually_within};
 
 /// Errors are messages for a person reading a failed scenario.

@@ -107,6 +107,18 @@ impl Operator {
         op
     }
 
+    /// Talk to the API server through this kubeconfig instead.
+    pub fn with_kubeconfig(mut self, kubeconfig: PathBuf) -> Self {
+        self.kubeconfig = kubeconfig;
+        self
+    }
+
+    /// Run without leader election: a replica alone, that no lost Lease stops.
+    pub fn without_leader_election(mut self) -> Self {
+        self.lease_namespace = None;
+        self
+    }
+
     /// Elect on this Lease instead of the default one.
     pub fn with_lease_name(mut self, name: &str) -> Self {
         self.lease_name = Some(name.into());

@@ -12,6 +12,7 @@ mod leader;
 mod lifecycle;
 mod observability;
 mod ownership;
+mod restarts;
 mod startup;
 mod validation;
 mod webhook;
@@ -191,6 +192,13 @@ async fn e2e_suite() {
         s.run("leader election with two replicas", leader::two_replicas(h))
             .await;
         s.run("start-up errors", startup::startup_errors(h)).await;
+        // 19-20. faults: the API server and etcd restart under the operator
+        s.run(
+            "kube-apiserver restarts, ten rounds",
+            restarts::apiserver_restarts(h),
+        )
+        .await;
+        s.run("etcd restarts", restarts::etcd_restarts(h)).await;
         s.report()
     };
 

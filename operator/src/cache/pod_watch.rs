@@ -26,7 +26,7 @@ use crate::{
     cache::node_cache::CachedNode,
     cache::pod_cache::PodCache,
     cache::slim::SlimPod,
-    cache::watch::{pod_list_pages, slim_event},
+    cache::watch::{WatchBackoff, pod_list_pages, relist_at_once, slim_event},
 };
 use engine::policy_set::PolicySet;
 
@@ -163,8 +163,8 @@ async fn watch_pods(
     changed: UnboundedSender<ObjectRef<CachedNode>>,
 ) {
     let config = pod_list_pages().labels(&selector);
-    let mut stream = watcher::watcher(api, config)
-        .default_backoff()
+    let mut stream = relist_at_once(watcher::watcher(api, config))
+        .backoff(WatchBackoff::default())
         .map_ok(|e| slim_event(e, |p: SlimPod| p.0))
         .boxed();
     // What a relist is rebuilding: after it, the cache forgets what this watch

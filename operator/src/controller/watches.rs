@@ -17,7 +17,10 @@ use taint_operator_crd::TaintPolicy;
 use tokio::sync::{mpsc, watch};
 
 use crate::{
-    cache::{node_cache::CachedNode, watch::node_list_pages},
+    cache::{
+        node_cache::CachedNode,
+        watch::{WatchBackoff, node_list_pages, relist_at_once},
+    },
     controller::{context::Context, node_queue::NodeQueue},
 };
 use engine::policy_set::PolicySet;
@@ -50,7 +53,8 @@ pub async fn drive_nodes(
     writer: Writer<CachedNode>,
     touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
 ) {
-    let events = watcher::watcher(api, node_list_pages()).default_backoff();
+    let events =
+        relist_at_once(watcher::watcher(api, node_list_pages())).backoff(WatchBackoff::default());
     follow_nodes(ctx, events, writer, touched).await
 }
 
@@ -116,8 +120,8 @@ pub async fn watch_policies(
     all_nodes: mpsc::UnboundedSender<()>,
 ) {
     let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
+    let mut stream = relist_at_once(watcher::watcher(api, watcher::Config::default()))
+        .backoff(WatchBackoff::default())
         .reflect(writer)
         .boxed();
     let mut last: Option<Vec<(String, Option<i64>, bool)>> = None;
