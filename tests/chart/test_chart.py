@@ -35,6 +35,7 @@ NON_DEFAULT: dict[str, Any] = {
     "image": {"tag": "v9.9.9", "pullPolicy": "Always"},
     "logLevel": "debug",
     "logFormat": "text",
+    "resyncInterval": "0",
     "tolerations": [
         {"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/out-of-service", "operator": "Exists", "effect": "NoExecute"},
@@ -248,6 +249,7 @@ def test_default_deployment(default):
         f"--lease-name={FULLNAME}",
         "--log-format=json",
         "--log-level=info",
+        "--resync-interval=5m",
     ]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
@@ -519,6 +521,7 @@ def test_non_default_values(non_default):
     assert c["imagePullPolicy"] == "Always"
     assert "--log-level=debug" in c["args"]
     assert "--log-format=text" in c["args"]
+    assert "--resync-interval=0" in c["args"]
     assert non_default.pod["tolerations"] == NON_DEFAULT["tolerations"]
 
     wh = webhook_config(non_default)["webhooks"][0]
@@ -607,6 +610,7 @@ def test_schema_accepts_valid_values(chart, values):
         ({"replicaCount": 0}, "/replicaCount"),
         ({"replicaCount": "2"}, "/replicaCount"),
         ({"logFormat": "xml"}, "/logFormat"),
+        ({"resyncInterval": "5 minutes"}, "/resyncInterval"),
         ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
         ({"webhook": {"enabled": "yes"}}, "/webhook/enabled"),
         ({"tolerations": [{"operator": "Sometimes"}]}, "/tolerations/0/operator"),
@@ -619,6 +623,7 @@ def test_schema_accepts_valid_values(chart, values):
         "replicas-zero",
         "replicas-string",
         "logFormat",
+        "resyncInterval",
         "timeout",
         "enabled-string",
         "toleration-operator",
