@@ -70,6 +70,10 @@ struct RunArgs {
     /// missed watch event left wrong; 0 turns it off. A converged cluster costs no write.
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
     resync_interval: Duration,
+    /// Requests per second the operator may send to the API server (0: no limit).
+    /// Above what a 5,000-node fleet-wide change needs (about 150); a cap on bugs.
+    #[arg(long, default_value_t = 500)]
+    api_qps: u32,
     #[arg(
         long,
         value_enum,
@@ -121,6 +125,7 @@ fn run_command(args: RunArgs) -> ExitCode {
         identity,
         concurrency: args.concurrency,
         resync_interval: args.resync_interval,
+        api_qps: args.api_qps,
     };
     taint_operator::memory::use_one_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()

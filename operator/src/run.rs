@@ -17,6 +17,7 @@ use kube::{
 };
 use taint_operator_crd::TaintPolicy;
 use tokio::sync::{mpsc, watch};
+use tower::limit::RateLimitLayer;
 use tracing::instrument::WithSubscriber;
 
 use crate::{
@@ -42,6 +43,8 @@ pub struct RunConfig {
     pub concurrency: u16,
     /// Time between periodic full resyncs; zero turns them off.
     pub resync_interval: Duration,
+    /// Requests per second the client may send; zero: no limit.
+    pub api_qps: u32,
 }
 
 /// Why the operator could not start: one line each, said plainly.
@@ -70,24 +73,36 @@ pub enum StartupError {
     Webhook(String),
 }
 
-/// The API client, and the API server's URL for messages.
-pub async fn client(metrics: &Metrics) -> Result<(Client, String), StartupError> {
-    let config = Config::infer()
+/// The API client, and the API server's URL for messages. `qps` caps the requests
+/// sent per second (0: no cap).
+pub async fn client(metrics: &Metrics, qps: u32) -> Result<(Client, String), StartupError> {
+    let mut config = Config::infer()
         .await
         .map_err(|e| StartupError::Kubeconfig(one_line(&e.to_string())))?;
+    // kube retries 429, 503 and 504 inside the client, up to 15 times over minutes,
+    // holding a node worker all along and hiding every refusal from the request
+    // metrics. The operator retries itself instead: a failed node reconcile comes
+    // back after 2 s doubling to 60 s (jittered), with its worker free meanwhile;
+    // watches, the status writer and the Lease have their own retries.
+    config.default_retry = false;
     let url = config
         .cluster_url
         .to_string()
         .trim_end_matches('/')
         .to_string();
     let builder = ClientBuilder::try_from(config)
-        .map_err(|e| StartupError::Kubeconfig(one_line(&describe(&e))))?;
-    Ok((
-        builder
-            .with_layer(&ApiMetricsLayer(metrics.clone()))
+        .map_err(|e| StartupError::Kubeconfig(one_line(&describe(&e))))?
+        .with_layer(&ApiMetricsLayer(metrics.clone()));
+    // tower's limiter holds requests back in windows of one second, `qps` each: a
+    // bug that loops on writes, or a resync of a huge fleet, cannot flood the API
+    // server. Watches count once, when they open.
+    let client = match qps {
+        0 => builder.build(),
+        qps => builder
+            .with_layer(&RateLimitLayer::new(qps.into(), Duration::from_secs(1)))
             .build(),
-        url,
-    ))
+    };
+    Ok((client, url))
 }
 
 /// Fails fast, with one clear line, when the CRD is missing or permissions are short.
@@ -156,7 +171,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let metrics = Metrics::default();
     // kube's client logs every failed request at ERROR; at start-up the one line
     // returned here says it all, so nothing else is printed before it.
-    let (client, url) = client(&metrics)
+    let (client, url) = client(&metrics, cfg.api_qps)
         .with_subscriber(tracing::subscriber::NoSubscriber::default())
         .await?;
     preflight(&client, &url)

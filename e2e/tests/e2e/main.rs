@@ -14,6 +14,7 @@ mod observability;
 mod ownership;
 mod restarts;
 mod startup;
+mod throttling;
 mod validation;
 mod webhook;
 
@@ -199,6 +200,11 @@ async fn e2e_suite() {
         )
         .await;
         s.run("etcd restarts", restarts::etcd_restarts(h)).await;
+        s.run(
+            "node writes throttled (429)",
+            throttling::node_writes_throttled(h),
+        )
+        .await;
         s.report()
     };
 

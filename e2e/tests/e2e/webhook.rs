@@ -75,7 +75,7 @@ async fn run(cmd: &str, args: &[&str], dir: &Path) -> Result<String> {
 
 /// A throw-away CA and a serving certificate for IP 127.0.0.1 signed by it, in `dir`:
 /// `ca.crt`, `tls.crt`, `tls.key`. Returns the CA certificate (PEM).
-async fn make_certs(dir: &Path) -> Result<String> {
+pub async fn make_certs(dir: &Path) -> Result<String> {
     let ec = [
         "-newkey",
         "ec",

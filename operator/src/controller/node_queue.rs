@@ -15,6 +15,7 @@
 use std::{
     collections::{BTreeSet, HashMap, HashSet, VecDeque, hash_map::Entry},
     future::Future,
+    hash::{BuildHasher, RandomState},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -30,10 +31,26 @@ use crate::controller::node_events::WriteActivity;
 pub enum Next {
     /// Nothing until the node, its pods or the policies change.
     AwaitChange,
-    /// Reconcile again after this long (a `for` window ends, a cap may free up, an
-    /// error is retried).
+    /// Reconcile again after this long (a `for` window ends, a cap may free up).
     After(Duration),
+    /// It failed: try again after a wait that doubles with each failure in a row
+    /// ([`retry_delay`]), so an API server that sheds load is not hammered back.
+    Retry,
 }
+
+/// The wait before a node's `failures`-th retry in a row: 2 s doubling to at most
+/// 60 s, scaled by a random factor in [0.5, 1.5) so that nodes that failed together
+/// do not all come back at the same moment.
+pub fn retry_delay(failures: u32) -> Duration {
+    let base = RETRY_FIRST
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(RETRY_MAX);
+    let random = RandomState::new().hash_one((std::time::Instant::now(), failures));
+    base.mul_f64(0.5 + random as f64 / u64::MAX as f64)
+}
+
+pub const RETRY_FIRST: Duration = Duration::from_secs(2);
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A node a worker takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +80,8 @@ struct State {
     later: BTreeSet<(Instant, Box<str>)>,
     /// Due nodes that only a resync queued.
     by_resync: HashSet<Box<str>>,
+    /// Failed reconciles in a row, per node that is being retried.
+    failures: HashMap<Box<str>, u32>,
     closed: bool,
 }
 
@@ -179,7 +198,7 @@ impl NodeQueue {
                 .await
                 .unwrap_or_else(|_| {
                     tracing::error!(node = &*name, "node reconcile panicked; retrying");
-                    Next::After(PANIC_RETRY)
+                    Next::Retry
                 });
             self.finish(name, next);
         }
@@ -228,8 +247,19 @@ impl NodeQueue {
             self.work.notify_one();
             return;
         }
+        let next = match next {
+            Next::Retry => {
+                let failures = state.failures.entry(name.clone()).or_insert(0);
+                *failures += 1;
+                Next::After(retry_delay(*failures))
+            }
+            done => {
+                state.failures.remove(&name);
+                done
+            }
+        };
         match next {
-            Next::AwaitChange => {
+            Next::AwaitChange | Next::Retry => {
                 state.slots.remove(&name);
             }
             Next::After(d) => {
@@ -248,6 +278,7 @@ impl NodeQueue {
             state.slots.shrink_to_fit();
             state.due.shrink_to_fit();
             state.by_resync.shrink_to_fit();
+            state.failures.shrink_to_fit();
         }
         self.writes.end();
     }
@@ -299,9 +330,6 @@ impl NodeQueue {
 
 /// Table capacity kept when the queue drains.
 const KEEP_CAPACITY: usize = 64;
-
-/// A reconcile that panicked is retried after this long, like a failed one.
-const PANIC_RETRY: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {
@@ -477,6 +505,54 @@ mod tests {
                 ("a".into(), Duration::from_secs(5))
             ]
         );
+    }
+
+    #[test]
+    fn retries_wait_longer_each_time_up_to_a_minute_with_jitter() {
+        for (failures, nominal) in [(1, 2), (2, 4), (3, 8), (5, 32), (6, 60), (40, 60)] {
+            let nominal = Duration::from_secs(nominal);
+            let waits: Vec<Duration> = (0..50).map(|_| retry_delay(failures)).collect();
+            assert!(
+                waits
+                    .iter()
+                    .all(|w| *w >= nominal.mul_f64(0.5) && *w < nominal.mul_f64(1.5)),
+                "{failures}: {waits:?}"
+            );
+            assert!(waits.iter().any(|w| *w != waits[0]), "jittered");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_node_backs_off_and_a_success_resets_it() {
+        let q = queue();
+        q.touch("flaky");
+        // Fails three times, then succeeds; then fails once more.
+        let outcomes = Arc::new(Mutex::new(
+            [
+                Next::Retry,
+                Next::Retry,
+                Next::Retry,
+                Next::AwaitChange,
+                Next::Retry,
+                Next::AwaitChange,
+            ]
+            .to_vec(),
+        ));
+        let (log, _run) = start(&q, 1, Duration::ZERO, move |_| {
+            outcomes.lock().unwrap().remove(0)
+        });
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        q.touch("flaky");
+        settle().await;
+        let at: Vec<f64> = starts(&log).iter().map(|(_, t)| t.as_secs_f64()).collect();
+        assert_eq!(at.len(), 6, "{at:?}");
+        let gaps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        // 2, 4 and 8 s nominal, each within ±50%.
+        for (gap, nominal) in gaps.iter().zip([2.0, 4.0, 8.0]) {
+            assert!(*gap >= nominal * 0.5 && *gap < nominal * 1.5, "{gaps:?}");
+        }
+        // After the success, the next failure waits the first step again.
+        assert!(gaps[4] >= 1.0 && gaps[4] < 3.0, "{gaps:?}");
     }
 
     #[tokio::test(start_paused = true)]

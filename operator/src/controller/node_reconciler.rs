@@ -98,11 +98,8 @@ pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
             category: error.category(),
         })
         .inc();
-    Next::After(ERROR_RETRY)
+    Next::Retry
 }
-
-/// A failed reconcile is retried after this long.
-pub const ERROR_RETRY: Duration = Duration::from_secs(2);
 
 /// What converging one node did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
