@@ -11,12 +11,11 @@
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
-    collections::{BTreeMap, HashSet},
+    collections::HashSet,
     sync::atomic::{AtomicIsize, Ordering},
 };
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
-use kube::api::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 use taint_operator::cache::pod_cache::PodCache;
 
 /// The system allocator, counting the bytes asked for that are still allocated.
@@ -81,33 +80,13 @@ const DAEMONSETS: [(&str, &[(&str, &str)]); 3] = [
 /// own copy of each pod's name.
 const MAX_BYTES_PER_POD: f64 = 190.0;
 
+/// A DaemonSet pod on `node`, from the testkit's pod builder.
 fn pod(name: String, node: &str, labels: &[(&str, &str)], ready: bool) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(NAMESPACE.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            ..PodSpec::default()
-        }),
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+    let mut b = taint_operator_testkit::pod(NAMESPACE, &name).on(node);
+    for (k, v) in labels {
+        b = b.label(k, v);
     }
+    if ready { b.ready() } else { b.not_ready() }.build()
 }
 
 /// The pods with the id of the watch that reports each, in the order a list
