@@ -18,6 +18,10 @@ crd:
 e2e:
     bash e2e/run.sh
 
+# The container image (buildah, no daemon): target/image/taint-operator.tar, tagged as the chart's default image.
+image:
+    bash scripts/build-image.sh
+
 # Decision-core benchmarks (criterion).
 bench:
     cargo bench -p taint-operator-engine --bench evaluate

@@ -240,7 +240,7 @@ def test_default_deployment(default):
     c = default.container
     assert c["image"] == "ghcr.io/taint-operator/taint-operator:0.1.0"
     assert c["imagePullPolicy"] == "IfNotPresent"
-    assert c["command"] == ["taint-operator"]
+    assert c["command"] == ["/usr/local/bin/taint-operator"]
     assert c["args"] == [
         "run",
         "--metrics-addr=0.0.0.0:8080",
