@@ -31,17 +31,17 @@ impl ManagedTaints {
     /// A malformed annotation owns nothing: the operator then leaves those taints
     /// alone rather than guessing, which can only err on the side of not removing.
     pub fn parse(annotation: Option<&str>) -> Self {
-        ManagedTaints(
-            annotation
-                .and_then(|a| serde_json::from_str(a).ok())
-                .unwrap_or_default(),
-        )
+        annotation.and_then(Self::read).unwrap_or_default()
     }
 
     /// True when the annotation is what the operator writes: a JSON object of strings.
     /// Anything else is read as owning nothing (see [`ManagedTaints::parse`]).
     pub fn well_formed(annotation: &str) -> bool {
-        serde_json::from_str::<BTreeMap<String, String>>(annotation).is_ok()
+        Self::read(annotation).is_some()
+    }
+
+    fn read(annotation: &str) -> Option<Self> {
+        serde_json::from_str(annotation).ok().map(ManagedTaints)
     }
 
     /// The annotation value, or `None` when nothing is owned (the annotation is then removed).

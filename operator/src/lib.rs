@@ -10,11 +10,12 @@
 //! | serving, leadership | `serve`, `leader` | HTTP endpoints and the webhook; the Lease |
 //! | controller | `controller` | queues, reconcilers, the node writer, events, status, the cap ledger |
 //! | caches | `cache` | what the watches keep of nodes and pods, and how they decode |
-//! | leaves | `telemetry`, `memory` | logs and metrics; handing freed memory back |
+//! | leaves | `telemetry`, `memory`, `jitter` | logs and metrics; handing freed memory back; random spread on waits |
 //! | engine | the `engine` crate | the pure decision core |
 
 pub mod cache;
 pub mod controller;
+pub mod jitter;
 pub mod leader;
 pub mod memory;
 pub mod plan;

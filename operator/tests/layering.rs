@@ -23,6 +23,7 @@ fn layer(module: &str) -> (u8, &'static str) {
         "cache" => (1, "cache"),
         "telemetry" => (0, "telemetry"),
         "memory" => (0, "memory"),
+        "jitter" => (0, "jitter"),
         other => panic!("module {other} has no layer: add it to layering.rs and lib.rs's table"),
     }
 }

@@ -45,6 +45,16 @@ fn nic_taint_added_now() -> Value {
 
 const MANAGED_PATH: &str = "/metadata/annotations/nodetaint.io~1managed-taints";
 const NIC_OWNED: &str = r#"{"example.com/nic-broken:NoExecute":"nic-broken"}"#;
+
+/// The patch that puts our taint and its ownership entry on a node at `rv` that has
+/// no taints and no managed-taints annotation (or one to replace).
+fn nic_taint_on_a_bare_node(rv: &str) -> Value {
+    json!([
+        test_rv(rv),
+        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
+        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+    ])
+}
 const ADDED_NOTE: &str = "policy nic-broken added example.com/nic-broken=true:NoExecute: condition NetworkInterfaceCard=Kaput matched";
 
 fn node_ref(name: &str) -> Value {
@@ -357,14 +367,7 @@ async fn a_422_validation_error_is_not_retried() {
         api,
         |mut api| async move {
             let call = api
-                .expect_node_patch_request(
-                    "n1",
-                    &json!([
-                        test_rv("100"),
-                        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                    ]),
-                )
+                .expect_node_patch_request("n1", &nic_taint_on_a_bare_node("100"))
                 .await;
             call.reply_status(&node_invalid("n1"));
             api
@@ -498,15 +501,8 @@ async fn max_tainted_nodes_taints_the_first_node_and_holds_the_second() {
         h,
         api,
         |mut api| async move {
-            api.expect_node_patch(
-                "n1",
-                json!([
-                    test_rv("100"),
-                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                ]),
-            )
-            .await;
+            api.expect_node_patch("n1", nic_taint_on_a_bare_node("100"))
+                .await;
             assert_eq!(api.expect_event().await["reason"], "TaintAdded");
             // Nothing for n2: it is held back until there is room.
             api
@@ -562,15 +558,8 @@ async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
             )
             .await;
             // n1's event is published on its own and may come after n2's patch.
-            api.expect_node_patch(
-                "n2",
-                json!([
-                    test_rv("100"),
-                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                ]),
-            )
-            .await;
+            api.expect_node_patch("n2", nic_taint_on_a_bare_node("100"))
+                .await;
             let mut reasons = vec![api.expect_event().await, api.expect_event().await]
                 .into_iter()
                 .map(|e| e["reason"].as_str().unwrap().to_string())
@@ -788,14 +777,7 @@ async fn a_reconcile_before_the_cache_sees_our_write_plans_on_the_written_node()
         api,
         |mut api| async move {
             let written = api
-                .expect_node_patch(
-                    "n1",
-                    json!([
-                        test_rv("100"),
-                        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                    ]),
-                )
+                .expect_node_patch("n1", nic_taint_on_a_bare_node("100"))
                 .await;
             assert_ne!(written["metadata"]["resourceVersion"], "100");
             assert_eq!(api.expect_event().await["reason"], "TaintAdded");
@@ -821,10 +803,7 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
     use kube::runtime::watcher::Event;
     use taint_operator::{
         cache::node_cache::CachedNode,
-        controller::{
-            node_queue::NodeQueue,
-            watches::{feed_node_queue, follow_nodes},
-        },
+        controller::watches::{feed_node_queue, follow_nodes},
     };
     use tokio::sync::mpsc;
 
@@ -851,15 +830,8 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
         api,
         |mut api| async move {
             for n in NODES {
-                api.expect_node_patch(
-                    n,
-                    json!([
-                        test_rv("200"),
-                        {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                        {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                    ]),
-                )
-                .await;
+                api.expect_node_patch(n, nic_taint_on_a_bare_node("200"))
+                    .await;
             }
             for _ in NODES {
                 let event = api.expect_event().await;
@@ -869,8 +841,7 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
         },
         |h| async move {
             let ctx = h.ctx.clone();
-            let queue =
-                NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+            let (queue, workers) = h.start_node_queue();
             let (watch_tx, watch_rx) = events::unbounded();
             let (touched_tx, touched_rx) = mpsc::unbounded_channel();
             let (_all_tx, all_rx) = mpsc::unbounded_channel();
@@ -881,10 +852,6 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
                 all_rx,
             ));
             let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
-            let workers = tokio::spawn(queue.clone().run(1, {
-                let ctx = ctx.clone();
-                move |name| reconcile_named(name, ctx.clone())
-            }));
 
             watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
             for node in &relisted {
@@ -917,10 +884,7 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
 /// request at all.
 #[tokio::test]
 async fn a_resync_corrects_a_missed_node_and_leaves_a_converged_one_alone() {
-    use taint_operator::{
-        controller::{node_queue::NodeQueue, resync::resync_nodes},
-        telemetry::metrics::ControllerLabel,
-    };
+    use taint_operator::{controller::resync::resync_nodes, telemetry::metrics::ControllerLabel};
 
     let missed = served_node("missed").condition(NIC, "Kaput").build();
     let converged = served_node("converged")
@@ -934,32 +898,20 @@ async fn a_resync_corrects_a_missed_node_and_leaves_a_converged_one_alone() {
         h,
         api,
         |mut api| async move {
-            api.expect_node_patch(
-                "missed",
-                json!([
-                    test_rv("100"),
-                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                ]),
-            )
-            .await;
+            api.expect_node_patch("missed", nic_taint_on_a_bare_node("100"))
+                .await;
             let event = api.expect_event().await;
             assert_eq!(event["reason"], "TaintAdded");
             api
         },
         |h| async move {
             let ctx = h.ctx.clone();
-            let queue =
-                NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+            let (queue, workers) = h.start_node_queue();
             let resync = tokio::spawn(resync_nodes(
                 ctx.clone(),
                 queue.clone(),
                 Duration::from_millis(20),
             ));
-            let workers = tokio::spawn(queue.clone().run(1, {
-                let ctx = ctx.clone();
-                move |work| reconcile_named(work, ctx.clone())
-            }));
             let node_reconciles = ctx
                 .metrics
                 .reconciles
@@ -996,11 +948,7 @@ async fn a_malformed_ownership_annotation_is_replaced_with_a_warning() {
         |mut api| async move {
             api.expect_node_patch(
                 "n1",
-                json!([
-                    test_rv("100"),
-                    {"op": "add", "path": "/spec/taints", "value": [nic_taint_added_now()]},
-                    {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
-                ]),
+                nic_taint_on_a_bare_node("100"),
             )
             .await;
             let warning = api.expect_event().await;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 use taint_operator_e2e::{
-    K, PolicyView, Result, bail, eventually,
+    Cond, K, PolicyView, Result, bail, eventually,
     k8s::{bootstrapped, managed, taint_strs},
 };
 
@@ -25,6 +25,21 @@ impl Scn {
     /// A node name of this scenario.
     pub fn node(&self, suffix: &str) -> String {
         format!("{}-{suffix}", self.0)
+    }
+
+    /// Creates these nodes with the scenario's label and `condition` set.
+    pub async fn create_nodes<N: AsRef<str>>(
+        &self,
+        k: &K,
+        nodes: impl IntoIterator<Item = N>,
+        condition: &Cond,
+    ) -> Result {
+        for n in nodes {
+            k.create_node(n.as_ref(), &[self.label()]).await?;
+            k.set_conditions(n.as_ref(), std::slice::from_ref(condition))
+                .await?;
+        }
+        Ok(())
     }
 
     /// A policy of this scenario: labelled, selecting this scenario's nodes plus

@@ -80,11 +80,8 @@ async fn checks(h: &Harness, a: &mut Operator, b: &mut Operator) -> Result {
     }
 
     let nodes: Vec<String> = (1..=3).map(|i| s.node(&i.to_string())).collect();
-    for n in &nodes {
-        k.create_node(n, &[s.label()]).await?;
-        k.set_conditions(n, &[Cond::now("NetReady", "False", "Test")])
-            .await?;
-    }
+    s.create_nodes(k, &nodes, &Cond::now("NetReady", "False", "Test"))
+        .await?;
     // Both become ready (every replica serves /readyz once its policy cache has listed).
     a.start().await?;
     b.start().await?;

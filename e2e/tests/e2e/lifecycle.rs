@@ -237,11 +237,8 @@ pub async fn delete_while_down(h: &Harness) -> Result {
     let (x1, x2) = (s.node("1"), s.node("2"));
     const CONT: &str = "e2e.nodetaint.io/deldown:NoSchedule";
     const BOOT: &str = "e2e.nodetaint.io/deldown-boot:NoSchedule";
-    for n in [&x1, &x2] {
-        k.create_node(n, &[s.label()]).await?;
-        k.set_conditions(n, &[Cond::now("Broken", "True", "Test")])
-            .await?;
-    }
+    s.create_nodes(k, [&x1, &x2], &Cond::now("Broken", "True", "Test"))
+        .await?;
     k.ensure_namespace(ns).await?;
     k.create_pod(ns, "init-1", &x1, &[("app", "init")], &[])
         .await?;
@@ -352,11 +349,8 @@ pub async fn for_window(h: &Harness) -> Result {
     let policy = "e2e-for";
     const TAINT: &str = "e2e.nodetaint.io/for:NoSchedule";
     let (f1, f2, f3) = (s.node("1"), s.node("2"), s.node("3"));
-    for n in [&f1, &f2, &f3] {
-        k.create_node(n, &[s.label()]).await?;
-        k.set_conditions(n, &[Cond::now("Broken", "False", "Test")])
-            .await?;
-    }
+    s.create_nodes(k, [&f1, &f2, &f3], &Cond::now("Broken", "False", "Test"))
+        .await?;
     k.create_policy(s.policy(
         policy,
         &[],
@@ -452,11 +446,8 @@ pub async fn max_tainted_nodes(h: &Harness) -> Result {
     let policy = "e2e-cap";
     const TAINT: &str = "e2e.nodetaint.io/cap:NoSchedule";
     let nodes = [s.node("1"), s.node("2"), s.node("3")];
-    for n in &nodes {
-        k.create_node(n, &[s.label()]).await?;
-        k.set_conditions(n, &[Cond::now("Broken", "True", "Test")])
-            .await?;
-    }
+    s.create_nodes(k, &nodes, &Cond::now("Broken", "True", "Test"))
+        .await?;
     let tainted = async || -> Result<Vec<String>> {
         let mut out = vec![];
         for n in &nodes {

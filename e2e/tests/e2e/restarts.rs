@@ -76,11 +76,8 @@ async fn rounds_of(h: &Harness, which: &str, s: Scn, rounds: usize, proxy: &Prox
     let policy = format!("e2e-{}", s.0);
     let taint = format!("e2e.nodetaint.io/{}:NoSchedule", s.0);
     let nodes: Vec<String> = (0..NODES).map(|i| s.node(&i.to_string())).collect();
-    for n in &nodes {
-        k.create_node(n, &[s.label()]).await?;
-        k.set_conditions(n, &[Cond::now("Broken", "False", "Test")])
-            .await?;
-    }
+    s.create_nodes(k, &nodes, &Cond::now("Broken", "False", "Test"))
+        .await?;
     k.create_policy(s.policy(
         &policy,
         &[],

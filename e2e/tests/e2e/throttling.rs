@@ -69,11 +69,8 @@ pub async fn node_writes_throttled(h: &Harness) -> Result {
     let policy = "e2e-throttle";
     let taint = "e2e.nodetaint.io/throttle:NoSchedule";
     let nodes: Vec<String> = (0..NODES).map(|i| s.node(&format!("{i:02}"))).collect();
-    for n in &nodes {
-        k.create_node(n, &[s.label()]).await?;
-        k.set_conditions(n, &[Cond::now("Broken", "False", "Test")])
-            .await?;
-    }
+    s.create_nodes(k, &nodes, &Cond::now("Broken", "False", "Test"))
+        .await?;
     k.create_policy(s.policy(
         policy,
         &[],

@@ -1,12 +1,11 @@
 //! How the node, pod and policy watches list and retry, and the one mapping of
 //! their events that the slim decoders need.
 
-use std::{
-    hash::{BuildHasher, RandomState},
-    time::Duration,
-};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+
+use crate::jitter::jitter;
 use kube::runtime::{
     utils::Backoff,
     watcher::{self, Event},
@@ -64,8 +63,7 @@ impl Iterator for WatchBackoff {
     fn next(&mut self) -> Option<Duration> {
         let wait = self.next;
         self.next = (self.next * 2).min(WATCH_RETRY_MAX);
-        let random = RandomState::new().hash_one(std::time::Instant::now());
-        Some(wait.mul_f64(0.8 + 0.4 * (random as f64 / u64::MAX as f64)))
+        Some(jitter(wait, 0.2))
     }
 }
 

@@ -15,7 +15,6 @@
 use std::{
     collections::{BTreeSet, HashMap, HashSet, VecDeque, hash_map::Entry},
     future::Future,
-    hash::{BuildHasher, RandomState},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -24,7 +23,7 @@ use futures::FutureExt;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::{sync::Notify, time::Instant};
 
-use crate::controller::node_events::WriteActivity;
+use crate::{controller::node_events::WriteActivity, jitter::jitter};
 
 /// What a reconcile asks of the queue when it is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +44,7 @@ pub fn retry_delay(failures: u32) -> Duration {
     let base = RETRY_FIRST
         .saturating_mul(1 << failures.saturating_sub(1).min(16))
         .min(RETRY_MAX);
-    let random = RandomState::new().hash_one((std::time::Instant::now(), failures));
-    base.mul_f64(0.5 + random as f64 / u64::MAX as f64)
+    jitter(base, 0.5)
 }
 
 pub const RETRY_FIRST: Duration = Duration::from_secs(2);
@@ -111,47 +109,41 @@ impl NodeQueue {
     /// The node, its pods or the policies changed: reconcile it as soon as a worker
     /// is free, after the nodes queued before it.
     pub fn touch(&self, name: &str) {
-        {
-            let mut guard = self.lock();
-            let state = &mut *guard;
-            state.by_resync.remove(name);
-            match state.slots.get_mut(name) {
-                Some(slot) => match *slot {
-                    Slot::Due => return,
-                    Slot::Running { .. } => {
-                        *slot = Slot::Running { again: true };
-                        return;
-                    }
-                    Slot::Later(at) => {
-                        *slot = Slot::Due;
-                        state.later.remove(&(at, Box::from(name)));
-                    }
-                },
-                None => {
-                    state.slots.insert(Box::from(name), Slot::Due);
-                }
-            }
-            state.due.push_back((Box::from(name), Instant::now()));
-            self.writes.begin();
-        }
-        self.work.notify_one();
+        self.enqueue(name, false);
     }
 
     /// A periodic resync: re-plan an idle or waiting node, marked as the resync's
     /// alone. A node already due or running will be planned on current state anyway.
     pub fn touch_resync(&self, name: &str) {
+        self.enqueue(name, true);
+    }
+
+    fn enqueue(&self, name: &str, by_resync: bool) {
         {
             let mut guard = self.lock();
             let state = &mut *guard;
-            match state.slots.get(name) {
-                Some(Slot::Due | Slot::Running { .. }) => return,
+            if !by_resync {
+                state.by_resync.remove(name);
+            }
+            match state.slots.get_mut(name) {
+                Some(Slot::Due) => return,
+                Some(slot @ Slot::Running { .. }) => {
+                    // A resync need not run it again: it is being planned on current state.
+                    if !by_resync {
+                        *slot = Slot::Running { again: true };
+                    }
+                    return;
+                }
                 Some(Slot::Later(at)) => {
-                    state.later.remove(&(*at, Box::from(name)));
+                    let at = *at;
+                    state.later.remove(&(at, Box::from(name)));
                 }
                 None => {}
             }
             state.slots.insert(Box::from(name), Slot::Due);
-            state.by_resync.insert(Box::from(name));
+            if by_resync {
+                state.by_resync.insert(Box::from(name));
+            }
             state.due.push_back((Box::from(name), Instant::now()));
             self.writes.begin();
         }
@@ -247,22 +239,26 @@ impl NodeQueue {
             self.work.notify_one();
             return;
         }
-        let next = match next {
+        let wait = match next {
             Next::Retry => {
                 let failures = state.failures.entry(name.clone()).or_insert(0);
                 *failures += 1;
-                Next::After(retry_delay(*failures))
-            }
-            done => {
-                state.failures.remove(&name);
-                done
-            }
-        };
-        match next {
-            Next::AwaitChange | Next::Retry => {
-                state.slots.remove(&name);
+                Some(retry_delay(*failures))
             }
             Next::After(d) => {
+                state.failures.remove(&name);
+                Some(d)
+            }
+            Next::AwaitChange => {
+                state.failures.remove(&name);
+                None
+            }
+        };
+        match wait {
+            None => {
+                state.slots.remove(&name);
+            }
+            Some(d) => {
                 let at = Instant::now() + d;
                 let earliest = state.later.first().is_none_or(|(t, _)| at < *t);
                 state.later.insert((at, name.clone()));

@@ -24,7 +24,11 @@ use kube::{
 use taint_operator::{
     cache::node_cache::CachedNode,
     cache::pod_watch::PodWatches,
-    controller::context::{CleanupGrace, Context, ContextOptions},
+    controller::{
+        context::{CleanupGrace, Context, ContextOptions},
+        node_queue::NodeQueue,
+        node_reconciler::reconcile_named,
+    },
     telemetry::metrics::Metrics,
 };
 use taint_operator_crd::TaintPolicy;
@@ -136,6 +140,20 @@ impl Harness {
     pub fn put_node(&mut self, node: Node) {
         self.nodes
             .apply_watcher_event(&watcher::Event::Apply(CachedNode::from_node(&node)));
+    }
+
+    /// The operator's node queue with one worker (so nodes are reconciled in the
+    /// order they are queued), reconciling with `reconcile_named`. Close the queue
+    /// and await the handle to stop it.
+    pub fn start_node_queue(&self) -> (Arc<NodeQueue>, tokio::task::JoinHandle<()>) {
+        let ctx = self.ctx.clone();
+        let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+        let workers = tokio::spawn(
+            queue
+                .clone()
+                .run(1, move |work| reconcile_named(work, ctx.clone())),
+        );
+        (queue, workers)
     }
 
     /// The node cache's writer, for a test that runs the node watch itself. After
