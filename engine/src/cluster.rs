@@ -87,7 +87,9 @@ pub struct PodView {
 
 impl PodView {
     /// Ready means the `Ready` condition is True, or the pod says so itself early
-    /// with `nodetaint.io/ready: "true"`.
+    /// with `nodetaint.io/ready: "true"`; never while it is terminating. A pod being
+    /// deleted still reports Ready through its shutdown (a CNI agent's can take
+    /// 30 s), and the node must not look ready to new pods meanwhile.
     pub fn from_pod(pod: &Pod) -> Self {
         Self::named(pod.metadata.name.as_deref().unwrap_or_default().into(), pod)
     }
@@ -109,7 +111,8 @@ impl PodView {
         PodView {
             name,
             labels: Labels::from_map(pod.metadata.labels.as_ref()),
-            ready: condition_ready || annotated_ready,
+            ready: (condition_ready || annotated_ready)
+                && pod.metadata.deletion_timestamp.is_none(),
         }
     }
 }

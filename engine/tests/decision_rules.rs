@@ -425,6 +425,22 @@ fn critical_pod_ready_annotation_other_than_true_does_not_count() {
 }
 
 #[test]
+fn a_terminating_critical_pod_does_not_count_whatever_it_reports() {
+    assert!(cni_tainted(vec![istio().on("n1").ready().terminating()]));
+    assert!(cni_tainted(vec![
+        istio().on("n1").ready_annotation("true").terminating()
+    ]));
+    // Its replacement, Ready, counts again.
+    assert!(!cni_tainted(vec![
+        istio().on("n1").ready().terminating(),
+        pod("kube-system", "istio-cni-new")
+            .label("app", "istio")
+            .on("n1")
+            .ready(),
+    ]));
+}
+
+#[test]
 fn critical_pod_not_ready_does_not_count() {
     assert!(cni_tainted(vec![istio().on("n1").not_ready()]));
     assert!(

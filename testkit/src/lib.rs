@@ -617,6 +617,12 @@ impl PodBuilder {
         self
     }
 
+    /// Being deleted: `deletionTimestamp` is set (a minute ago).
+    pub fn terminating(mut self) -> Self {
+        self.pod.metadata.deletion_timestamp = Some(Time(ago(60)));
+        self
+    }
+
     pub fn phase(mut self, phase: &str) -> Self {
         self.pod.status.get_or_insert_with(PodStatus::default).phase = Some(phase.into());
         self

@@ -296,6 +296,19 @@ mod tests {
     }
 
     #[test]
+    fn a_ready_pod_that_starts_terminating_makes_its_node_re_evaluated() {
+        let mut c = PodCache::default();
+        c.upsert(1, &pod("a", "n1", true));
+        let mut deleting = pod("a", "n1", true);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-20T12:00:00Z".parse().unwrap(),
+            ));
+        assert_eq!(c.upsert(1, &deleting), vec!["n1"]);
+        assert!(!c.index().pods("n1", "kube-system")[0].ready);
+    }
+
+    #[test]
     fn a_relist_forgets_only_what_it_no_longer_returns() {
         let mut c = PodCache::default();
         c.upsert(1, &pod("a", "n1", true));
