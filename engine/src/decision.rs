@@ -406,23 +406,34 @@ impl<'a> NodeFacts<'a> {
         failed.any
     }
 
+    /// The node's pods that critical-pod look-up `check` ([`PolicySet::pod_checks`]) selects.
+    pub fn critical_pods(&mut self, check: usize) -> impl Iterator<Item = &'a PodView> + use<'a> {
+        let set: &'a PolicySet = self.set;
+        let c = &set.pod_checks()[check];
+        let index = self.index;
+        let namespace =
+            *self.pod_namespaces[check].get_or_insert_with(|| index.namespace(&c.namespace));
+        let pods = self.pods;
+        namespace
+            .into_iter()
+            .flat_map(move |ns| pods.checked(ns))
+            .filter(move |p| c.selector.matches_by(|key| p.labels.get(key)))
+    }
+
+    /// True when critical-pod look-up `check` finds a Ready pod on the node.
+    pub fn critical_pod_ready(&mut self, check: usize) -> bool {
+        matches!(self.pod_check(check), PodCheckResult::Ready)
+    }
+
     fn pod_check(&mut self, check: usize) -> PodCheckResult<'a> {
         if let Some(found) = self.pod_checks[check] {
             return found;
         }
-        let c = &self.set.pod_checks()[check];
-        let index = self.index;
-        let namespace =
-            *self.pod_namespaces[check].get_or_insert_with(|| index.namespace(&c.namespace));
         // Ready if any selected pod is; otherwise name the first by name, so the
         // reason is the same whatever order the cache lists them in.
         let mut first: Option<&PodView> = None;
         let mut found = PodCheckResult::NoPod;
-        let pods = namespace.into_iter().flat_map(|ns| self.pods.checked(ns));
-        for p in pods {
-            if !c.selector.matches_by(|key| p.labels.get(key)) {
-                continue;
-            }
+        for p in self.critical_pods(check) {
             if p.ready {
                 found = PodCheckResult::Ready;
                 break;
@@ -445,6 +456,50 @@ enum GroupMatch {
     No,
 }
 
+/// How one matcher condition stands on a node: what matching a group reads, and
+/// what `explain` shows condition by condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionState {
+    /// The node has no condition of this type.
+    Missing,
+    /// The status or the reason does not match.
+    Differs,
+    /// It matches but has a `for` window and no lastTransitionTime: no way to tell
+    /// how long it has matched, so it does not count.
+    NoTransitionTime,
+    /// It matches, but its `for` window, counted from `since`, runs until `ends`.
+    Waiting {
+        since: Timestamp,
+        ends: Timestamp,
+    },
+    Matches,
+}
+
+impl ConditionState {
+    pub fn of(c: &CompiledCondition, nc: Option<&NodeCondition>, now: Timestamp) -> Self {
+        let Some(nc) = nc else {
+            return ConditionState::Missing;
+        };
+        if !c.status.is_match(&nc.status)
+            || !c.reason.as_ref().is_none_or(|r| r.is_match(&nc.reason))
+        {
+            return ConditionState::Differs;
+        }
+        let Some(window) = c.for_ else {
+            return ConditionState::Matches;
+        };
+        let Some(since) = nc.last_transition else {
+            return ConditionState::NoTransitionTime;
+        };
+        let ends = add(since, window);
+        if ends > now {
+            ConditionState::Waiting { since, ends }
+        } else {
+            ConditionState::Matches
+        }
+    }
+}
+
 /// `found[k]`: the node's condition of the type `group[k]` reads.
 fn match_group<'n>(
     group: &[CompiledCondition],
@@ -454,23 +509,14 @@ fn match_group<'n>(
 ) -> GroupMatch {
     let mut window_ends: Option<Timestamp> = None;
     for (k, c) in group.iter().enumerate() {
-        let Some(nc) = found(k) else {
-            return GroupMatch::No;
-        };
-        if !c.status.is_match(&nc.status)
-            || !c.reason.as_ref().is_none_or(|r| r.is_match(&nc.reason))
-        {
-            return GroupMatch::No;
-        }
-        if let Some(window) = c.for_ {
-            // Without a transition time there is no way to tell how long it has matched.
-            let Some(since) = nc.last_transition else {
-                return GroupMatch::No;
-            };
-            let ends = add(since, window);
-            if ends > now {
+        match ConditionState::of(c, found(k), now) {
+            ConditionState::Missing
+            | ConditionState::Differs
+            | ConditionState::NoTransitionTime => return GroupMatch::No,
+            ConditionState::Waiting { ends, .. } => {
                 window_ends = Some(window_ends.map_or(ends, |w| w.max(ends)));
             }
+            ConditionState::Matches => {}
         }
     }
     if let Some(t) = window_ends {

@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod cluster_plan;
 pub mod decision;
 pub mod duration;
+pub mod explain;
 pub mod labels;
 pub mod node_plan;
 pub mod ownership;

@@ -48,6 +48,8 @@ pub struct NodePlan {
     pub notes: Vec<String>,
     /// BootstrapOnly policies whose completion this plan records.
     pub completed: Vec<String>,
+    /// Policies whose wanted taints `maxTaintedNodes` holds back here (also noted).
+    pub held: Vec<String>,
 }
 
 impl NodePlan {
@@ -160,6 +162,7 @@ pub fn unchanged_plan(node: &NodeView) -> NodePlan {
         removed: Vec::new(),
         notes: Vec::new(),
         completed: Vec::new(),
+        held: Vec::new(),
     }
 }
 
@@ -174,6 +177,7 @@ struct Draft<'a> {
     removed: Vec<TaintChange>,
     notes: Vec<String>,
     completed: Vec<String>,
+    held: Vec<String>,
 }
 
 impl Draft<'_> {
@@ -197,6 +201,7 @@ impl Draft<'_> {
             removed: self.removed,
             notes: self.notes,
             completed: self.completed,
+            held: self.held,
         }
     }
 }
@@ -227,6 +232,7 @@ fn draft<'a>(
         removed: Vec::new(),
         notes: Vec::new(),
         completed: Vec::new(),
+        held: Vec::new(),
     };
     // An entry whose taint is gone (someone removed it by hand) owns nothing; keeping
     // it would make the operator adopt, and later remove, a taint someone else adds
@@ -255,6 +261,7 @@ fn draft<'a>(
                 p.name,
                 eval.reason(i)
             ));
+            plan.held.push(p.name.clone());
         }
     }
 

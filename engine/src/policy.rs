@@ -62,6 +62,9 @@ pub struct CompiledCondition {
     pub status_source: String,
     pub status: Pattern,
     pub reason: Option<Pattern>,
+    /// The reason pattern and the `for` window as written, for `explain`.
+    pub reason_source: Option<String>,
+    pub for_source: Option<String>,
     pub for_: Option<Duration>,
 }
 
@@ -200,6 +203,8 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
                     .as_deref()
                     .map(|r| Pattern::new(r, &format!("{field}.reason")))
                     .transpose()?,
+                reason_source: c.reason.clone(),
+                for_source: c.for_.clone(),
                 for_,
             });
         }

@@ -39,16 +39,38 @@ impl Selector {
         self.labels
             .iter()
             .all(|(k, v)| get(k).is_some_and(|g| same(g, v)))
-            && self.expressions.iter().all(|(key, op, values)| {
-                let value = get(key);
-                let listed = |v: &str| values.iter().any(|x| same(x, v));
-                match op {
-                    SelectorOperator::In => value.is_some_and(listed),
-                    SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
-                    SelectorOperator::Exists => value.is_some(),
-                    SelectorOperator::DoesNotExist => value.is_none(),
-                }
-            })
+            && self
+                .expressions
+                .iter()
+                .all(|(key, op, values)| expression_holds(*op, values, get(key)))
+    }
+
+    /// The terms the labels `get` looks up fail, each in label-selector syntax with
+    /// the node's value: empty exactly when [`Self::matches_by`] is true.
+    pub fn failing_terms<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> Vec<String> {
+        let has = |key: &str| match get(key) {
+            Some(v) => format!("node has {key}={v}"),
+            None => format!("node has no {key} label"),
+        };
+        let labels = self
+            .labels
+            .iter()
+            .filter(|(k, v)| !get(k).is_some_and(|g| same(g, v)))
+            .map(|(k, v)| format!("{k}={v} ({})", has(k)));
+        let expressions = self
+            .expressions
+            .iter()
+            .filter(|(key, op, values)| !expression_holds(*op, values, get(key)))
+            .map(|(key, op, values)| {
+                let term = match op {
+                    SelectorOperator::In => format!("{key} in ({})", values.join(",")),
+                    SelectorOperator::NotIn => format!("{key} notin ({})", values.join(",")),
+                    SelectorOperator::Exists => key.clone(),
+                    SelectorOperator::DoesNotExist => format!("!{key}"),
+                };
+                format!("{term} ({})", has(key))
+            });
+        labels.chain(expressions).collect()
     }
 
     /// The same selector on the slots of `keys` (which learns its keys and values).
@@ -72,6 +94,17 @@ impl Selector {
                 })
                 .collect(),
         }
+    }
+}
+
+/// One `matchExpressions` term on the value of its key (`None`: the label is absent).
+fn expression_holds(op: SelectorOperator, values: &[String], value: Option<&str>) -> bool {
+    let listed = |v: &str| values.iter().any(|x| same(x, v));
+    match op {
+        SelectorOperator::In => value.is_some_and(listed),
+        SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
+        SelectorOperator::Exists => value.is_some(),
+        SelectorOperator::DoesNotExist => value.is_none(),
     }
 }
 
@@ -272,6 +305,8 @@ mod tests {
             let values = keys.values(&node);
             for (s, slot) in selectors.iter().zip(&slotted) {
                 assert_eq!(s.matches(&node), slot.matches(&values), "{s:?} on {node:?}");
+                let failing = s.failing_terms(|k| node.get(k).map(String::as_str));
+                assert_eq!(s.matches(&node), failing.is_empty(), "{s:?} on {node:?}");
             }
         }
     }
@@ -322,5 +357,34 @@ mod tests {
             ("worker", ""),
             ("control-plane", "")
         ])));
+    }
+
+    #[test]
+    fn failing_terms_name_each_term_and_what_the_node_has() {
+        let sel = LabelSelector {
+            match_labels: labels(&[("lifecycle", "spot")]),
+            match_expressions: vec![
+                expr("zone", SelectorOperator::In, &["a", "b"]),
+                expr("tier", SelectorOperator::NotIn, &["gpu"]),
+                expr("worker", SelectorOperator::Exists, &[]),
+                expr("control-plane", SelectorOperator::DoesNotExist, &[]),
+            ],
+        };
+        let node = labels(&[
+            ("lifecycle", "on-demand"),
+            ("zone", "a"),
+            ("tier", "gpu"),
+            ("control-plane", ""),
+        ]);
+        let failing = Selector::new(Some(&sel)).failing_terms(|k| node.get(k).map(String::as_str));
+        assert_eq!(
+            failing,
+            [
+                "lifecycle=spot (node has lifecycle=on-demand)",
+                "tier notin (gpu) (node has tier=gpu)",
+                "worker (node has no worker label)",
+                "!control-plane (node has control-plane=)",
+            ]
+        );
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! | layer | modules | job |
 //! |---|---|---|
-//! | commands | `run`, `plan` (and `crd` in `main`) | the CLI's subcommands |
+//! | commands | `run`, `plan`, `explain`, `live` (and `crd` in `main`) | the CLI's subcommands; `live` reads the cluster once for `explain` and `plan --live` |
 //! | serving, leadership | `serve`, `leader` | HTTP endpoints and the webhook; the Lease |
 //! | controller | `controller` | queues, reconcilers, the node writer, events, status, the cap ledger |
 //! | caches | `cache` | what the watches keep of nodes and pods, and how they decode |
@@ -15,8 +15,10 @@
 
 pub mod cache;
 pub mod controller;
+pub mod explain;
 pub mod jitter;
 pub mod leader;
+pub mod live;
 pub mod memory;
 pub mod plan;
 pub mod run;

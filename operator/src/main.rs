@@ -3,7 +3,8 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Args, Parser, Subcommand};
 use engine::duration::parse_go_duration;
 use taint_operator::{
-    plan::{self, Output, PlanArgs},
+    explain,
+    plan::{self, LiveArgs, Output, PlanArgs, PlanError},
     run::{RunConfig, run},
     serve::webhook::WebhookConfig,
     telemetry::logs::{self as telemetry, LogFormat},
@@ -21,14 +22,33 @@ struct Cli {
 enum Command {
     /// Run the controller against the cluster in KUBECONFIG (or in-cluster config).
     Run(RunArgs),
-    /// Print, per node, the taints the policies would add and remove. No cluster needed.
+    /// Print, per node, the taints the policies would add and remove: on a cluster
+    /// dump (no cluster needed), or with --live on the cluster in KUBECONFIG.
     Plan {
-        /// TaintPolicy YAML (one or many documents, or a List). Repeatable.
-        #[arg(short = 'f', long = "filename", required = true)]
+        /// TaintPolicy YAML (one or many documents, or a List). Repeatable. With
+        /// --live, these replace the cluster's policies of the same name or join them.
+        #[arg(short = 'f', long = "filename", required_unless_present = "live")]
         policies: Vec<PathBuf>,
         /// A `kubectl get nodes,pods -A -o yaml` dump. Repeatable.
-        #[arg(long, required = true)]
+        #[arg(long, required_unless_present = "live", conflicts_with = "live")]
         cluster: Vec<PathBuf>,
+        /// Read nodes, pods and policies from the cluster in KUBECONFIG (read-only).
+        #[arg(long)]
+        live: bool,
+        /// With --live: treat this cluster policy as deleted (its taints are planned
+        /// for removal, as its finalizer would remove them). Repeatable.
+        #[arg(long, value_name = "NAME", requires = "live")]
+        without: Vec<String>,
+        /// Evaluate `for` windows at this RFC 3339 time instead of now.
+        #[arg(long)]
+        now: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Why is this node tainted? Every policy's view of one node of the cluster in
+    /// KUBECONFIG, check by check, and what the operator does next (read-only).
+    Explain {
+        node: String,
         /// Evaluate `for` windows at this RFC 3339 time instead of now.
         #[arg(long)]
         now: Option<String>,
@@ -142,31 +162,100 @@ fn run_command(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The name kubectl runs a plugin by: `kubectl taintpolicy ...` finds
+/// `kubectl-taintpolicy` in PATH.
+const PLUGIN_NAME: &str = "kubectl-taintpolicy";
+
+/// The CLI, named as it was invoked: as a kubectl plugin, help and errors show
+/// `kubectl taintpolicy` so the commands they suggest work as typed.
+fn cli_from_args() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let invoked = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default();
+    let mut command = Cli::command();
+    if invoked == PLUGIN_NAME {
+        command = command.name(PLUGIN_NAME).bin_name("kubectl taintpolicy");
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// A small runtime for the commands that read the cluster once.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(future)
+}
+
+fn print_or_fail<E: std::fmt::Display>(
+    result: Result<String, E>,
+    code: impl Fn(&E) -> u8,
+) -> ExitCode {
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(code(&e))
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli_from_args();
     match cli.command {
         Command::Run(args) => run_command(args),
         Command::Plan {
             policies,
             cluster,
+            live: true,
+            without,
             now,
             output,
         } => {
-            match plan::run(&PlanArgs {
+            debug_assert!(cluster.is_empty());
+            let args = LiveArgs {
+                policy_files: policies,
+                without,
+                now,
+                output,
+            };
+            print_or_fail(block_on(plan::run_live(&args)), PlanError::exit_code)
+        }
+        Command::Plan {
+            policies,
+            cluster,
+            now,
+            output,
+            ..
+        } => print_or_fail(
+            plan::run(&PlanArgs {
                 policy_files: policies,
                 cluster_files: cluster,
                 now,
                 output,
-            }) {
-                Ok(out) => {
-                    print!("{out}");
-                    ExitCode::SUCCESS
-                }
+            }),
+            |_| 2,
+        ),
+        Command::Explain { node, now, output } => {
+            let now = match plan::parse_now(&now) {
+                Ok(now) => now,
                 Err(e) => {
                     eprintln!("error: {e}");
-                    ExitCode::from(2)
+                    return ExitCode::from(2);
                 }
-            }
+            };
+            print_or_fail(block_on(explain::run(&node, output, now)), |_| 1)
         }
         Command::Crd => {
             print!("{}", taint_operator_crd::crd_yaml());

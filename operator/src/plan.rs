@@ -1,15 +1,18 @@
-//! `taint-operator plan`: the decision core on files, no cluster needed.
+//! `taint-operator plan`: the decision core on files, no cluster needed; or, with
+//! `--live`, on the cluster in KUBECONFIG with the files' policies applied on top.
 
 use std::{collections::HashSet, fmt::Write as _, path::PathBuf};
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
+    apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
 use serde::Serialize;
 use serde_json::Value;
 use taint_operator_crd::{TaintPolicy, validate_policy};
 
+use crate::live::{Live, LiveError};
 use engine::{
     cluster::{NodeView, PodIndex},
     cluster_plan::{ClusterPlan, plan_cluster},
@@ -39,6 +42,26 @@ pub enum InputError {
     },
     #[error("--now {value:?}: not an RFC 3339 time (e.g. 2026-11-20T12:00:00Z)")]
     Now { value: String },
+    #[error("--without {name}: there is no TaintPolicy {name} in the cluster")]
+    Without { name: String },
+}
+
+/// `plan --live` fails on bad input (exit 2) or on the cluster (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Live(#[from] LiveError),
+}
+
+impl PlanError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            PlanError::Input(_) => 2,
+            PlanError::Live(_) => 1,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -54,18 +77,26 @@ pub struct PlanArgs {
     pub output: Output,
 }
 
+/// `plan --live`: the policies of `policy_files` replace or join the cluster's;
+/// `without` names cluster policies to treat as deleted.
+pub struct LiveArgs {
+    pub policy_files: Vec<PathBuf>,
+    pub without: Vec<String>,
+    pub now: Option<String>,
+    pub output: Output,
+}
+
+pub fn parse_now(now: &Option<String>) -> Result<Timestamp, InputError> {
+    match now {
+        None => Ok(Timestamp::now()),
+        Some(s) => s.parse().map_err(|_| InputError::Now { value: s.clone() }),
+    }
+}
+
 /// Runs `plan` and returns what to print.
 pub fn run(args: &PlanArgs) -> Result<String, InputError> {
-    let now = match &args.now {
-        None => Timestamp::now(),
-        Some(s) => s
-            .parse()
-            .map_err(|_| InputError::Now { value: s.clone() })?,
-    };
-    let mut policies = Vec::new();
-    for f in &args.policy_files {
-        policies.extend(load_policies(f)?);
-    }
+    let now = parse_now(&args.now)?;
+    let policies = load_all_policies(&args.policy_files)?;
     let mut nodes = Vec::new();
     let mut pods = Vec::new();
     for f in &args.cluster_files {
@@ -76,14 +107,85 @@ pub fn run(args: &PlanArgs) -> Result<String, InputError> {
     let set = PolicySet::from_resources(&policies);
     let views: Vec<NodeView> = nodes.iter().map(NodeView::from_node).collect();
     let index = PodIndex::from_pods(&pods);
+    // A dump need not hold every policy: leave what unknown ones own alone.
     let plan = plan_cluster(&set, &views, &index, now, UnknownPolicies::Keep);
-    let report = Report::new(&plan);
-    Ok(match args.output {
+    Ok(render(&plan, now, args.output))
+}
+
+/// Runs `plan --live` and returns what to print. The files are read first, so bad
+/// input fails before the cluster is asked anything.
+pub async fn run_live(args: &LiveArgs) -> Result<String, PlanError> {
+    let now = parse_now(&args.now)?;
+    let files = load_all_policies(&args.policy_files)?;
+    let live = Live::connect().await?;
+    let policies = with_changes(live.policies().await?, files, &args.without, now)?;
+    let set = PolicySet::from_resources(&policies);
+    let pods = live.pods(&set).await?;
+    let nodes = live.nodes().await?;
+    // Every policy is known, as the controller knows them: what a policy that no
+    // longer exists owns is removed, as the controller would.
+    let plan = plan_cluster(&set, &nodes, &pods, now, UnknownPolicies::Remove);
+    Ok(render(&plan, now, args.output))
+}
+
+/// The cluster's policies after applying `files` and deleting `without`, as the API
+/// server would have them: a file's policy replaces the cluster's of the same name
+/// and keeps its identity (uid, creation time: the conflict order and the bootstrap
+/// records depend on them); a new one is created now, so it is the newest. A policy
+/// in `without` is being deleted, so its taints are planned for removal as its
+/// finalizer would remove them.
+pub fn with_changes(
+    cluster: Vec<TaintPolicy>,
+    files: Vec<TaintPolicy>,
+    without: &[String],
+    now: Timestamp,
+) -> Result<Vec<TaintPolicy>, InputError> {
+    let mut policies = cluster;
+    for name in without {
+        let Some(p) = policies
+            .iter_mut()
+            .find(|p| p.metadata.name.as_ref() == Some(name))
+        else {
+            return Err(InputError::Without { name: name.clone() });
+        };
+        p.metadata.deletion_timestamp.get_or_insert(Time(now));
+    }
+    for mut file in files {
+        match policies
+            .iter_mut()
+            .find(|p| p.metadata.name == file.metadata.name)
+        {
+            Some(live) => {
+                file.metadata.uid = live.metadata.uid.clone();
+                file.metadata.creation_timestamp = live.metadata.creation_timestamp.clone();
+                file.metadata.deletion_timestamp = live.metadata.deletion_timestamp.clone();
+                *live = file;
+            }
+            None => {
+                file.metadata.creation_timestamp = Some(Time(now));
+                policies.push(file);
+            }
+        }
+    }
+    Ok(policies)
+}
+
+fn load_all_policies(files: &[PathBuf]) -> Result<Vec<TaintPolicy>, InputError> {
+    let mut policies = Vec::new();
+    for f in files {
+        policies.extend(load_policies(f)?);
+    }
+    Ok(policies)
+}
+
+fn render(plan: &ClusterPlan, now: Timestamp, output: Output) -> String {
+    let report = Report::new(plan);
+    match output {
         Output::Json => {
             serde_json::to_string_pretty(&report).expect("the report serializes") + "\n"
         }
         Output::Table => report.table(now),
-    })
+    }
 }
 
 fn documents(file: &PathBuf) -> Result<Vec<Value>, InputError> {
@@ -366,7 +468,7 @@ impl Report {
     }
 }
 
-fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
     let widths: Vec<usize> = (0..N)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -387,4 +489,74 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taint_operator_testkit::{NoSchedule, policy, ts};
+
+    fn names(policies: &[TaintPolicy]) -> Vec<&str> {
+        policies
+            .iter()
+            .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn a_file_policy_replaces_the_cluster_one_and_keeps_its_identity() {
+        let cluster = vec![
+            policy("a")
+                .uid("uid-a")
+                .created("2026-01-01T00:00:00Z")
+                .build(),
+            policy("b").build(),
+        ];
+        let edited = policy("a")
+            .uid("")
+            .created("2026-06-01T00:00:00Z")
+            .taint("k", "edited", NoSchedule)
+            .build();
+        let now = ts("2026-11-20T12:00:00Z");
+        let out = with_changes(cluster, vec![edited], &[], now).unwrap();
+        assert_eq!(names(&out), ["a", "b"]);
+        let a = &out[0];
+        assert_eq!(a.metadata.uid.as_deref(), Some("uid-a"));
+        assert_eq!(
+            a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            Some(ts("2026-01-01T00:00:00Z"))
+        );
+        assert_eq!(a.spec.taints[0].value.as_deref(), Some("edited"));
+    }
+
+    #[test]
+    fn a_new_file_policy_is_created_now_so_it_is_the_newest() {
+        let cluster = vec![policy("old").created("2026-01-01T00:00:00Z").build()];
+        let mut new = policy("new").build();
+        new.metadata.creation_timestamp = None;
+        let now = ts("2026-11-20T12:00:00Z");
+        let out = with_changes(cluster, vec![new], &[], now).unwrap();
+        assert_eq!(names(&out), ["old", "new"]);
+        assert_eq!(
+            out[1].metadata.creation_timestamp.as_ref().map(|t| t.0),
+            Some(now)
+        );
+    }
+
+    #[test]
+    fn without_marks_the_policy_deleted_and_an_unknown_name_is_an_error() {
+        let cluster = vec![policy("a").build(), policy("b").build()];
+        let now = ts("2026-11-20T12:00:00Z");
+        let out = with_changes(cluster.clone(), vec![], &["b".into()], now).unwrap();
+        assert!(out[0].metadata.deletion_timestamp.is_none());
+        assert_eq!(
+            out[1].metadata.deletion_timestamp.as_ref().map(|t| t.0),
+            Some(now)
+        );
+        let err = with_changes(cluster, vec![], &["nope".into()], now).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--without nope: there is no TaintPolicy nope in the cluster"
+        );
+    }
 }

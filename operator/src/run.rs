@@ -138,7 +138,7 @@ pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
 
 /// An error and its causes on one line ("client error (Connect)" alone does not say
 /// that the connection was refused).
-fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -154,7 +154,7 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The first line of a message (YAML errors append a multi-line snippet of the
 /// input), with the parentheses it leaves open closed.
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     let mut lines = message.lines().filter(|l| !l.trim().is_empty());
     let first = lines.next().unwrap_or("").trim_end();
     if lines.next().is_none() {

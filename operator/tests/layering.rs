@@ -16,7 +16,7 @@ use std::{
 fn layer(module: &str) -> (u8, &'static str) {
     let room = module.split("::").next().unwrap_or_default();
     match room {
-        "run" | "plan" => (4, "commands"),
+        "run" | "plan" | "explain" | "live" => (4, "commands"),
         "serve" => (3, "serve"),
         "leader" => (3, "leader"),
         "controller" => (2, "controller"),
