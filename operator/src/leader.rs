@@ -4,6 +4,9 @@
 //! when its holder has not renewed for a whole `duration`. A leader that cannot
 //! renew before its lease runs out stops (the process exits and restarts), so two
 //! replicas never write at once.
+//!
+//! The `leading` gauge (`taint_operator_leader`) is 1 from acquiring the lease to
+//! losing or releasing it: summed over the replicas it says whether anyone leads.
 
 use std::time::Duration;
 
@@ -16,6 +19,7 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
 };
+use prometheus_client::metrics::gauge::Gauge;
 
 use crate::controller::error::{Error, Result};
 
@@ -24,6 +28,7 @@ pub struct LeaderElector {
     name: String,
     identity: String,
     duration: Duration,
+    leading: Gauge,
 }
 
 impl LeaderElector {
@@ -33,12 +38,14 @@ impl LeaderElector {
         name: &str,
         identity: &str,
         duration: Duration,
+        leading: Gauge,
     ) -> Self {
         LeaderElector {
             api: Api::namespaced(client, namespace),
             name: name.into(),
             identity: identity.into(),
             duration,
+            leading,
         }
     }
 
@@ -49,6 +56,7 @@ impl LeaderElector {
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+                    self.leading.set(1);
                     return;
                 }
                 Ok(false) if !logged => {
@@ -64,6 +72,11 @@ impl LeaderElector {
 
     /// Renews the lease until it cannot; returns when leadership is lost.
     pub async fn hold(&self) {
+        self.renew_while_held().await;
+        self.leading.set(0);
+    }
+
+    async fn renew_while_held(&self) {
         let mut last_renewal = std::time::Instant::now();
         loop {
             tokio::time::sleep(self.duration / 3).await;
@@ -86,6 +99,7 @@ impl LeaderElector {
 
     /// Gives the lease up on shutdown, so the next replica need not wait it out.
     pub async fn release(&self) {
+        self.leading.set(0);
         if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await {
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             if spec.holder_identity.as_deref() == Some(&self.identity) {

@@ -230,12 +230,19 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
             &cfg.lease_name,
             &cfg.identity,
             Duration::from_secs(15),
+            metrics.leader.clone(),
         )
     });
-    if let Some(e) = &elector {
-        tokio::select! {
-            _ = e.acquire() => {}
-            _ = shutdown.clone() => return Ok(()),
+    match &elector {
+        Some(e) => {
+            tokio::select! {
+                _ = e.acquire() => {}
+                _ = shutdown.clone() => return Ok(()),
+            }
+        }
+        // Without leader election this replica is the one that writes.
+        None => {
+            metrics.leader.set(1);
         }
     }
 

@@ -5,6 +5,9 @@
 #   tests/chart/run.sh [pytest args...]
 #
 # The venv goes to $CHART_TEST_VENV, default tests/chart/.venv (gitignored).
+# promtool (for `promtool test rules` on the chart's alerts) is $PROMTOOL, else
+# Debian's prometheus package unpacked into $CHART_TEST_TOOLS, default
+# tests/chart/.tools (gitignored), by fetch-promtool.sh: no root, no install.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +23,11 @@ if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --disable-pip-version-check --quiet --upgrade -r "$here/requirements.txt"
+
+if [ -z "${PROMTOOL:-}" ]; then
+    PROMTOOL="$("$here/fetch-promtool.sh" "${CHART_TEST_TOOLS:-$here/.tools}")"
+fi
+export PROMTOOL
 
 cd "$here"
 exec "$venv/bin/python" -m pytest -p no:cacheprovider -q "$here" "$@"

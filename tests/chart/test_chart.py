@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import ssl
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "taint-operator"
 RULES_FILE = CHART / "files" / "clusterrole-rules.yaml"
 CRD_FILE = CHART / "crds" / "taintpolicies.nodetaint.io.yaml"
+ALERTS_FILE = CHART / "files" / "prometheus-rules.yaml"
+DASHBOARD_FILE = CHART / "files" / "grafana-dashboard.json"
 
 RELEASE = "tp"
 NAMESPACE = "taint-system"
@@ -30,6 +33,11 @@ KUBE_VERSION = "v1.31.0"
 
 WEBHOOK = {"webhook": {"enabled": True}}
 CERT_MANAGER = {"webhook": {"enabled": True, "certManager": {"enabled": True}}}
+MONITORING = {
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+    "grafanaDashboard": {"enabled": True},
+}
 NON_DEFAULT: dict[str, Any] = {
     "replicaCount": 3,
     "image": {"tag": "v9.9.9", "pullPolicy": "Always"},
@@ -188,8 +196,15 @@ def test_chart_metadata(chart):
 
 @pytest.mark.parametrize(
     "values",
-    [None, WEBHOOK, CERT_MANAGER, NON_DEFAULT, {"replicaCount": 1, "rbac": {"create": False}}],
-    ids=["default", "webhook", "cert-manager", "non-default", "minimal"],
+    [
+        None,
+        WEBHOOK,
+        CERT_MANAGER,
+        NON_DEFAULT,
+        MONITORING,
+        {"replicaCount": 1, "rbac": {"create": False}},
+    ],
+    ids=["default", "webhook", "cert-manager", "non-default", "monitoring", "minimal"],
 )
 def test_lint_is_clean(values):
     assert lint_problems(values) == []
@@ -591,13 +606,81 @@ def test_rbac_and_service_account_can_be_external(chart):
     assert r.pod["serviceAccountName"] == "ops"
 
 
+# --------------------------------------------------------------------------- alerts and dashboard
+
+
+def test_default_has_no_alerts_and_no_dashboard(default):
+    assert default.all("PrometheusRule") == []
+    assert default.all("ConfigMap") == []
+
+
+def test_prometheus_rule_is_the_rules_file(chart):
+    r = render(chart, {"prometheusRule": {"enabled": True}})
+    rule = r.one("PrometheusRule", FULLNAME)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    # promtool tests the file; the cluster gets exactly the file
+    assert rule["spec"] == yaml.safe_load(ALERTS_FILE.read_text())
+    assert len(rule["spec"]["groups"][0]["rules"]) >= 7
+
+
+def test_prometheus_rule_namespace_and_labels(chart):
+    r = render(
+        chart,
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "labels": {"release": "prometheus"},
+            }
+        },
+    )
+    rule = r.one("PrometheusRule", FULLNAME)
+    assert rule["metadata"]["namespace"] == "monitoring"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/name"] == "taint-operator"
+
+
+def test_dashboard_config_map_holds_the_dashboard_file(chart):
+    r = render(chart, {"grafanaDashboard": {"enabled": True}})
+    cm = r.one("ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    # the label Grafana's dashboard sidecar looks for, by default
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert "annotations" not in cm["metadata"]
+    assert list(cm["data"]) == ["taint-operator.json"]
+    assert cm["data"]["taint-operator.json"] == DASHBOARD_FILE.read_text().rstrip("\n")
+    assert json.loads(cm["data"]["taint-operator.json"])["uid"] == "taint-operator"
+
+
+def test_dashboard_label_namespace_and_annotations_are_configurable(chart):
+    r = render(
+        chart,
+        {
+            "grafanaDashboard": {
+                "enabled": True,
+                "namespace": "grafana",
+                "label": "example.com/dashboard",
+                "labelValue": "taint",
+                "annotations": {"grafana_folder": "Kubernetes"},
+            }
+        },
+    )
+    cm = r.one("ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["namespace"] == "grafana"
+    assert cm["metadata"]["labels"]["example.com/dashboard"] == "taint"
+    assert "grafana_dashboard" not in cm["metadata"]["labels"]
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Kubernetes"}
+
+
 # --------------------------------------------------------------------------- values.schema.json
 
 
 @pytest.mark.parametrize(
     "values",
-    [None, WEBHOOK, CERT_MANAGER, NON_DEFAULT],
-    ids=["default", "webhook", "cert-manager", "non-default"],
+    [None, WEBHOOK, CERT_MANAGER, NON_DEFAULT, MONITORING],
+    ids=["default", "webhook", "cert-manager", "non-default", "monitoring"],
 )
 def test_schema_accepts_valid_values(chart, values):
     chart.validate_schema(copy.deepcopy(values))
@@ -617,6 +700,13 @@ def test_schema_accepts_valid_values(chart, values):
         ({"tolerations": {"operator": "Exists"}}, "/tolerations"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"replicas": 2}, "replicas"),
+        ({"prometheusRule": {"enabled": "yes"}}, "/prometheusRule/enabled"),
+        ({"prometheusRule": {"labels": {"release": 1}}}, "/prometheusRule/labels/release"),
+        ({"prometheusRule": {"rules": []}}, "rules"),
+        ({"grafanaDashboard": {"labelValue": 1}}, "/grafanaDashboard/labelValue"),
+        ({"grafanaDashboard": {"label": "grafana dashboard"}}, "/grafanaDashboard/label"),
+        ({"grafanaDashboard": {"label": ""}}, "/grafanaDashboard/label"),
+        ({"grafanaDashboard": {"namespace": 3}}, "/grafanaDashboard/namespace"),
     ],
     ids=[
         "failurePolicy",
@@ -630,6 +720,13 @@ def test_schema_accepts_valid_values(chart, values):
         "tolerations-object",
         "pullPolicy",
         "unknown-key",
+        "rule-enabled-string",
+        "rule-label-number",
+        "rule-unknown-key",
+        "dashboard-label-value-number",
+        "dashboard-label-space",
+        "dashboard-label-empty",
+        "dashboard-namespace-number",
     ],
 )
 def test_schema_rejects_invalid_values(chart, values, where):

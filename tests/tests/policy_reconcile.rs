@@ -516,8 +516,65 @@ async fn status_is_patched_exactly_once_and_not_again_when_equal() {
     .await;
     assert_eq!(metrics.status_writes.get(), 1);
     let encoded = metrics.encode();
+    for line in [
+        "taint_operator_tainted_nodes{policy=\"nic-broken\"} 2",
+        "taint_operator_pending_nodes{policy=\"nic-broken\"} 0",
+        "taint_operator_policy_ready{policy=\"nic-broken\"} 1",
+    ] {
+        assert!(encoded.contains(line), "{line} not in\n{encoded}");
+    }
+}
+
+/// The per-policy gauges of a policy that is gone must go too: a deleted policy that
+/// stayed "not ready" would page someone forever.
+#[tokio::test]
+async fn a_deleted_policy_loses_its_gauges() {
+    let kept = other_policy();
+    // A cap of 0 holds its one matching node back: not Ready, one node pending.
+    let gone = nic_policy().max_tainted(0).build();
+    let nodes = [served_node("n1").condition(NIC, "Kaput").build()];
+    let (h, api) = harness(&[kept.clone(), gone.clone()], &nodes);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            // Both statuses, then the kept one again (its write never came back
+            // through a watch here); their content is checked by the tests above.
+            let mut written = Vec::new();
+            for _ in 0..3 {
+                let call = api.next_call("a status patch").await;
+                assert!(call.path.ends_with("/status"), "{}", call.describe());
+                let name = call.path.split('/').nth_back(1).unwrap().to_string();
+                let mut reply = as_json(if name == "nic-broken" { &gone } else { &kept });
+                reply["status"] = call.body["status"].clone();
+                call.reply(200, &reply);
+                written.push(name);
+            }
+            written[..2].sort();
+            assert_eq!(written, ["disk-full", "nic-broken", "disk-full"]);
+            api
+        },
+        |mut h| async move {
+            refresh_all(&h.ctx).await.unwrap();
+            let encoded = h.metrics().encode();
+            for line in [
+                "taint_operator_policy_ready{policy=\"nic-broken\"} 0",
+                "taint_operator_pending_nodes{policy=\"nic-broken\"} 1",
+                "taint_operator_policy_ready{policy=\"disk-full\"} 1",
+            ] {
+                assert!(encoded.contains(line), "{line} not in\n{encoded}");
+            }
+            h.remove_policy("nic-broken");
+            h.compile_policies();
+            refresh_all(&h.ctx).await.unwrap();
+        },
+    )
+    .await;
+    let encoded = metrics.encode();
+    assert!(!encoded.contains("policy=\"nic-broken\""), "{encoded}");
     assert!(
-        encoded.contains("taint_operator_tainted_nodes{policy=\"nic-broken\"} 2"),
+        encoded.contains("taint_operator_policy_ready{policy=\"disk-full\"} 1"),
         "{encoded}"
     );
 }
@@ -870,6 +927,14 @@ async fn a_node_held_back_by_max_tainted_nodes_is_reported_pending() {
             // n2 is held back: no write.
             reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
             refresh_all(&h.ctx).await.unwrap();
+            let encoded = h.metrics().encode();
+            for line in [
+                "taint_operator_pending_nodes{policy=\"nic-broken\"} 1",
+                "taint_operator_policy_ready{policy=\"nic-broken\"} 0",
+                "taint_operator_tainted_nodes{policy=\"nic-broken\"} 1",
+            ] {
+                assert!(encoded.contains(line), "{line} not in\n{encoded}");
+            }
         },
     )
     .await;

@@ -152,6 +152,24 @@ async fn checks(h: &Harness, a: &mut Operator, b: &mut Operator) -> Result {
         (0, 0, Vec::<String>::new()),
         "the follower's node writes, status writes and writing API requests"
     );
+    // What the chart's TaintOperatorNoLeader alert sums; only the leader computes
+    // statuses, so only it reports the policy's readiness.
+    ensure_eq!(
+        (
+            lm.get("taint_operator_leader"),
+            fm.get("taint_operator_leader")
+        ),
+        (1.0, 0.0),
+        "taint_operator_leader of the leader and the follower"
+    );
+    ensure_eq!(
+        (
+            lm.get_with("taint_operator_policy_ready", &[("policy", policy)]),
+            fm.get_with("taint_operator_policy_ready", &[("policy", policy)])
+        ),
+        (1.0, 0.0),
+        "taint_operator_policy_ready of the leader and the follower"
+    );
     println!(
         "leader: {} node writes, {} status writes; follower: none (API writes {:?})",
         lm.node_writes(),

@@ -18,7 +18,7 @@ use taint_operator_crd::{FIELD_MANAGER, TaintPolicy, TaintPolicyStatus};
 use crate::{
     controller::context::Context,
     controller::error::{Error, Result},
-    telemetry::metrics::PolicyLabel,
+    telemetry::metrics::PolicyReport,
 };
 use engine::{
     cluster::NodeView,
@@ -139,13 +139,9 @@ pub async fn refresh_all(ctx: &Context) -> Result<()> {
         )
     };
     let mut first_error = None;
+    let mut reports = Vec::with_capacity(plan.policies.len());
+    let mut to_write = Vec::with_capacity(plan.policies.len());
     for summary in &plan.policies {
-        ctx.metrics
-            .tainted_nodes
-            .get_or_create(&PolicyLabel {
-                policy: summary.name.clone(),
-            })
-            .set(summary.tainted_nodes as i64);
         let Some(policy) = ctx
             .policies
             .state()
@@ -154,9 +150,21 @@ pub async fn refresh_all(ctx: &Context) -> Result<()> {
         else {
             continue;
         };
+        // A policy being deleted is going away: its series go with it.
         if policy.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        // The gauges say what the status says, computed from the same summary.
+        reports.push(PolicyReport {
+            policy: summary.name.clone(),
+            tainted_nodes: summary.tainted_nodes,
+            pending_nodes: summary.pending_nodes,
+            ready: summary.ready,
+        });
+        to_write.push((policy, summary));
+    }
+    ctx.metrics.report_policies(&reports);
+    for (policy, summary) in to_write {
         if let Err(e) = write_status(ctx, &policy, summary).await {
             tracing::warn!(policy = %summary.name, error = %e, "status write failed");
             first_error.get_or_insert(e);

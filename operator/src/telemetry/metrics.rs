@@ -1,6 +1,9 @@
 //! Prometheus metrics, served at `/metrics`.
 
-use std::sync::Arc;
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, Mutex},
+};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -52,6 +55,25 @@ pub struct Metrics {
     pub resyncs: Counter,
     /// Nodes a resync found wrong and wrote: updates the watches missed.
     pub resync_corrections: Counter,
+    /// 1 while this replica leads (holds the Lease, or runs without leader
+    /// election), else 0: alerts need a series that says "nobody leads".
+    pub leader: Gauge,
+    /// 1 while a policy's Ready condition is True, else 0.
+    pub policy_ready: Family<PolicyLabel, Gauge>,
+    /// Nodes each policy would taint but `maxTaintedNodes` holds back (`LimitReached`).
+    pub pending_nodes: Family<PolicyLabel, Gauge>,
+    /// The policies the per-policy gauges have series for, so that the series of a
+    /// deleted policy can be dropped instead of reporting it forever.
+    reported_policies: Arc<Mutex<BTreeSet<String>>>,
+}
+
+/// What the per-policy gauges say about one policy, from its status computation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyReport {
+    pub policy: String,
+    pub tainted_nodes: usize,
+    pub pending_nodes: usize,
+    pub ready: bool,
 }
 
 impl Default for Metrics {
@@ -80,6 +102,9 @@ impl Default for Metrics {
         let taints_removed = Family::<PolicyLabel, Counter>::default();
         let tainted_nodes = Family::<PolicyLabel, Gauge>::default();
         let api_requests = Family::<RequestLabels, Counter>::default();
+        let leader = Gauge::default();
+        let policy_ready = Family::<PolicyLabel, Gauge>::default();
+        let pending_nodes = Family::<PolicyLabel, Gauge>::default();
         registry.register(
             "reconciles",
             "Reconciles run, by controller",
@@ -150,6 +175,21 @@ impl Default for Metrics {
             "Nodes a periodic resync found wrong and wrote; a missed update, so non-zero is a bug signal",
             resync_corrections.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica leads and writes, else 0",
+            leader.clone(),
+        );
+        registry.register(
+            "policy_ready",
+            "1 while the policy's Ready condition is True, else 0",
+            policy_ready.clone(),
+        );
+        registry.register(
+            "pending_nodes",
+            "Nodes each policy would taint but maxTaintedNodes holds back (LimitReached)",
+            pending_nodes.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             reconciles,
@@ -166,14 +206,131 @@ impl Default for Metrics {
             api_requests,
             resyncs,
             resync_corrections,
+            leader,
+            policy_ready,
+            pending_nodes,
+            reported_policies: Arc::default(),
         }
     }
 }
 
 impl Metrics {
+    /// Sets the per-policy gauges from one status computation over every policy, and
+    /// drops the series of policies it no longer covers (deleted ones), so a deleted
+    /// policy neither stays "not ready" in alerts nor keeps its nodes counted.
+    pub fn report_policies(&self, reports: &[PolicyReport]) {
+        let mut reported = self
+            .reported_policies
+            .lock()
+            .expect("reported policies lock");
+        let current: BTreeSet<String> = reports.iter().map(|r| r.policy.clone()).collect();
+        for gone in reported.difference(&current) {
+            let label = PolicyLabel {
+                policy: gone.clone(),
+            };
+            self.tainted_nodes.remove(&label);
+            self.pending_nodes.remove(&label);
+            self.policy_ready.remove(&label);
+        }
+        for r in reports {
+            let label = PolicyLabel {
+                policy: r.policy.clone(),
+            };
+            self.tainted_nodes
+                .get_or_create(&label)
+                .set(r.tainted_nodes as i64);
+            self.pending_nodes
+                .get_or_create(&label)
+                .set(r.pending_nodes as i64);
+            self.policy_ready
+                .get_or_create(&label)
+                .set(i64::from(r.ready));
+        }
+        *reported = current;
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(policy: &str, tainted: usize, pending: usize, ready: bool) -> PolicyReport {
+        PolicyReport {
+            policy: policy.into(),
+            tainted_nodes: tainted,
+            pending_nodes: pending,
+            ready,
+        }
+    }
+
+    /// The sample lines of the scrape that start with `name{`.
+    fn samples(m: &Metrics, name: &str) -> Vec<String> {
+        m.encode()
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_leader_gauge_starts_at_zero_and_says_when_this_replica_leads() {
+        let m = Metrics::default();
+        assert!(m.encode().contains("\ntaint_operator_leader 0\n"));
+        m.leader.set(1);
+        assert!(m.encode().contains("\ntaint_operator_leader 1\n"));
+    }
+
+    #[test]
+    fn policy_gauges_follow_the_reports() {
+        let m = Metrics::default();
+        m.report_policies(&[report("a", 3, 0, true), report("b", 1, 2, false)]);
+        let ready = samples(&m, "taint_operator_policy_ready");
+        assert!(ready.contains(&r#"taint_operator_policy_ready{policy="a"} 1"#.into()));
+        assert!(ready.contains(&r#"taint_operator_policy_ready{policy="b"} 0"#.into()));
+        let pending = samples(&m, "taint_operator_pending_nodes");
+        assert!(pending.contains(&r#"taint_operator_pending_nodes{policy="a"} 0"#.into()));
+        assert!(pending.contains(&r#"taint_operator_pending_nodes{policy="b"} 2"#.into()));
+        assert!(
+            samples(&m, "taint_operator_tainted_nodes")
+                .contains(&r#"taint_operator_tainted_nodes{policy="a"} 3"#.into())
+        );
+        // b's held-back nodes get their taints: it becomes ready.
+        m.report_policies(&[report("a", 3, 0, true), report("b", 1, 0, true)]);
+        assert!(
+            samples(&m, "taint_operator_policy_ready")
+                .contains(&r#"taint_operator_policy_ready{policy="b"} 1"#.into())
+        );
+        assert!(
+            samples(&m, "taint_operator_pending_nodes")
+                .contains(&r#"taint_operator_pending_nodes{policy="b"} 0"#.into())
+        );
+    }
+
+    #[test]
+    fn a_policy_left_out_of_a_report_loses_its_series() {
+        let m = Metrics::default();
+        m.report_policies(&[report("kept", 1, 0, true), report("gone", 2, 1, false)]);
+        m.report_policies(&[report("kept", 1, 0, true)]);
+        for name in [
+            "taint_operator_policy_ready",
+            "taint_operator_pending_nodes",
+            "taint_operator_tainted_nodes",
+        ] {
+            let lines = samples(&m, name);
+            assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+            assert!(lines[0].contains(r#"policy="kept""#), "{name}: {lines:?}");
+        }
+        // And it comes back when a policy of that name is created again.
+        m.report_policies(&[report("gone", 0, 0, false)]);
+        assert_eq!(
+            samples(&m, "taint_operator_policy_ready"),
+            vec![r#"taint_operator_policy_ready{policy="gone"} 0"#.to_string()]
+        );
     }
 }

@@ -15,7 +15,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{
-    Client,
+    client::ClientBuilder,
     runtime::{
         reflector::{self, ObjectRef, store::Writer},
         watcher,
@@ -29,7 +29,7 @@ use taint_operator::{
         node_queue::NodeQueue,
         node_reconciler::reconcile_named,
     },
-    telemetry::metrics::Metrics,
+    telemetry::{api_metrics::ApiMetricsLayer, metrics::Metrics},
 };
 use taint_operator_crd::TaintPolicy;
 use taint_operator_engine::policy_set::PolicySet;
@@ -98,7 +98,12 @@ pub fn harness_with_grace(
         http::Request<kube::client::Body>,
         http::Response<kube::client::Body>,
     >();
-    let client = Client::new(service, "default");
+    // Requests are counted as in production (`taint_operator_api_requests_total`),
+    // into the metrics the context records everything else in.
+    let metrics = Metrics::default();
+    let client = ClientBuilder::new(service, "default")
+        .with_layer(&ApiMetricsLayer(metrics.clone()))
+        .build();
     let (node_store, node_writer) = reflector::store::<CachedNode>();
     let (policy_store, policy_writer) = reflector::store::<TaintPolicy>();
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
@@ -108,7 +113,7 @@ pub fn harness_with_grace(
         node_store,
         policy_store,
         PodWatches::new(client, changed_tx),
-        Metrics::default(),
+        metrics,
         synced_rx,
         ContextOptions {
             reporter_instance: Some("test-replica".into()),
@@ -165,6 +170,14 @@ impl Harness {
     pub fn put_policy(&mut self, policy: TaintPolicy) {
         self.policies
             .apply_watcher_event(&watcher::Event::Apply(policy));
+    }
+
+    /// Takes the policy out of the policy cache, as the policy watcher does when it
+    /// is gone from the API server.
+    pub fn remove_policy(&mut self, name: &str) {
+        let policy = (*self.policy(name)).clone();
+        self.policies
+            .apply_watcher_event(&watcher::Event::Delete(policy));
     }
 
     /// Compiles the policy set from the policy cache, as the policy watcher does.

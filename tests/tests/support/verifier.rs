@@ -168,9 +168,15 @@ impl ApiServerVerifier {
 
     /// The next request, whatever it is. Panics when the client is gone without sending one.
     pub async fn next_call(&mut self, expected: &str) -> Call {
-        let Some((request, send)) = self.handle.next_request().await else {
-            panic!("expected {expected}, but the operator sent no further request");
-        };
+        match self.try_next_call().await {
+            Some(call) => call,
+            None => panic!("expected {expected}, but the operator sent no further request"),
+        }
+    }
+
+    /// The next request, or `None` once the operator's client is gone.
+    pub async fn try_next_call(&mut self) -> Option<Call> {
+        let (request, send) = self.handle.next_request().await?;
         let (parts, body) = request.into_parts();
         let bytes = body
             .collect_bytes()
@@ -188,7 +194,7 @@ impl ApiServerVerifier {
                 )
             })
         };
-        Call {
+        Some(Call {
             method: parts.method,
             path: parts.uri.path().to_string(),
             query: parts.uri.query().map(str::to_string),
@@ -198,7 +204,7 @@ impl ApiServerVerifier {
                 .map(|v| v.to_str().expect("an ASCII content type").to_string()),
             body,
             send,
-        }
+        })
     }
 
     /// The next request, which must have this method, path and query (`None`: no query).
