@@ -6,6 +6,7 @@
 //! next one. `E2E_ONLY=name,name` runs only the scenarios whose names contain one of
 //! the given strings. See e2e/README.md.
 
+mod cli;
 mod common;
 mod examples;
 mod leader;
@@ -205,6 +206,9 @@ async fn e2e_suite() {
             throttling::node_writes_throttled(h),
         )
         .await;
+        // 23-24. the command line: explain a node, plan a change against the live cluster
+        s.run("explain a node", cli::explain(h)).await;
+        s.run("plan --live", cli::plan_live(h)).await;
         s.report()
     };
 
