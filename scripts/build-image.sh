@@ -26,6 +26,13 @@ if readelf -l "$binary" | grep -q 'Requesting program interpreter'; then
     exit 1
 fi
 
+# The image's files: the binary and its kubectl plugin name.
+root=target/image-root/usr/local/bin
+rm -rf target/image-root
+mkdir -p "$root"
+cp "$binary" "$root/taint-operator"
+ln -s taint-operator "$root/kubectl-taintpolicy"
+
 # vfs and chroot isolation: no overlay mounts or user namespaces needed.
 store=(--storage-driver vfs)
 buildah "${store[@]}" bud --isolation chroot --layers=false -f Dockerfile -t "$ref" .
