@@ -36,6 +36,12 @@ BUSYBOX_IMAGE=localhost/taint-operator-e2e/busybox:1.0
 SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory
   net.ipv4.conf.all.route_localnet net.ipv4.ip_forward)
 MARKER=.taint-operator-cluster
+# Directories outside DIR that containerd 1.6 (shims), libcni and libmount make
+# whatever their configuration; `down` removes those `up` did not find, if empty.
+# Deepest first.
+HOST_DIRS=(/run/containerd/runc/k8s.io /run/containerd/runc /run/containerd/s
+  /run/containerd/fifo /run/containerd /var/lib/cni/results /var/lib/cni/networks
+  /var/lib/cni /run/mount)
 # Stopped in this order by `down`: the node first, the control plane last
 # (kube-apiserver hangs in shutdown if etcd goes first).
 PROCESSES=(kubelet kube-proxy containerd kube-scheduler kube-controller-manager kube-apiserver etcd)
@@ -482,6 +488,8 @@ cmd_up() {
   trap on_up_exit EXIT
 
   save_sysctls
+  local d
+  for d in "${HOST_DIRS[@]}"; do [[ -e $d ]] || echo "$d"; done >"$DIR/host-dirs.absent"
   sysctl -q -w net.ipv4.ip_forward=1 >/dev/null
   gen_certs "$DIR"
   build_images &
@@ -607,6 +615,14 @@ remove_network() {
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
 }
 
+remove_host_dirs() {
+  [[ -f $DIR/host-dirs.absent ]] || return 0
+  local d
+  while IFS= read -r d; do
+    rmdir "$d" 2>/dev/null || true
+  done <"$DIR/host-dirs.absent"
+}
+
 # The kubelet's own chains (kube-proxy --cleanup leaves them): KUBE-FIREWALL,
 # which drops outside traffic to 127.0.0.0/8, and its canaries, in IPv4 and IPv6.
 remove_kubelet_chains() {
@@ -636,6 +652,7 @@ teardown() {
   remove_network
   unmount_all
   remove_cgroups
+  remove_host_dirs
   local name
   for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_process "$name"; done
   restore_sysctls
