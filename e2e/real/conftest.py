@@ -2,11 +2,13 @@
 
 The cluster comes from e2e/cluster.sh (up before the first test, down after the
 last, whatever happened). Without the Kubernetes binaries every test is skipped
-with the reason. E2E_REAL_KEEP=1 keeps the cluster directory (logs) after down.
+with the reason. E2E_REAL_KEEP=1 keeps the cluster directory (logs) after down;
+E2E_REAL_CLUSTER_DIR=DIR uses a cluster already up (and leaves it up).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -64,8 +66,21 @@ def image_is_stale() -> bool:
     return any(f and (k8s.REPO / f).exists() and (k8s.REPO / f).stat().st_mtime > built for f in files)
 
 
+def read_env(directory: str) -> None:
+    for line in Path(directory, "env").read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            k8s.ENV[key] = value
+
+
 @pytest.fixture(scope="session")
 def cluster():
+    existing = os.environ.get("E2E_REAL_CLUSTER_DIR")
+    if existing:
+        # a cluster from `e2e/cluster.sh up DIR target/image/taint-operator.tar`, left up
+        read_env(existing)
+        yield existing
+        return
     reason = missing_binary()
     if reason:
         pytest.skip(reason)
@@ -79,10 +94,7 @@ def cluster():
         if up.returncode == 3:
             pytest.skip(up.stderr.strip().splitlines()[-1])
         assert up.returncode == 0, f"cluster.sh up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}"
-        for line in Path(directory, "env").read_text().splitlines():
-            if line.startswith("export "):
-                key, _, value = line[len("export "):].partition("=")
-                k8s.ENV[key] = value
+        read_env(directory)
         yield directory
     finally:
         env = {**os.environ, "KEEP": "1" if os.environ.get("E2E_REAL_KEEP") == "1" else "0"}
@@ -117,6 +129,7 @@ def release(cluster, chart, helm_cfg):
     CRD is served; the clock stops when the node carries its taint.
     """
     key = k8s.TEST_TAINT_PREFIX + "install-probe"
+    logs = k8s.LogFollower().start()
     k8s.set_condition("E2EInstallProbe", "True")
     started = time.monotonic()
     rel = helm_cfg.install(
@@ -124,12 +137,17 @@ def release(cluster, chart, helm_cfg):
     )
     installed = time.monotonic()
     probe = k8s.matcher_policy("e2e-install-probe", key, "E2EInstallProbe")
-    k8s.wait_until("the TaintPolicy CRD served", lambda: k8s.kubectl("apply", "-f", "-", stdin=__import__("json").dumps(probe), check=False).returncode == 0, 30)
+    k8s.wait_until(
+        "the TaintPolicy CRD served",
+        lambda: k8s.kubectl("apply", "-f", "-", stdin=json.dumps(probe), check=False).returncode == 0,
+        30,
+    )
     k8s.wait_until(f"taint {key} on the node", lambda: k8s.has_taint(key), 90, interval=0.1)
     enforced = time.monotonic()
     MEASUREMENTS["helm install returned after"] = f"{installed - started:.1f} s"
     MEASUREMENTS["helm install to first policy enforced"] = f"{enforced - started:.1f} s"
     k8s.delete_policies("e2e-install-probe")
     k8s.set_condition("E2EInstallProbe", "False")
-    yield {"release": rel, "started": started}
+    yield {"release": rel, "started": started, "logs": logs}
+    logs.stop()
     helm_cfg.uninstall(k8s.RELEASE, ignore_not_found=True, timeout=HELM_TIMEOUT)
