@@ -208,9 +208,25 @@ def test_2_readiness_of_a_daemonset_gates_the_node(release):
 
         k8s.apply(agent_daemonset())
         lag, took = follow_agent("first agent", 60)
-        MEASUREMENTS["agent Ready to readiness taint removed"] = f"{lag:.2f} s (poll 0.1 s)"
         assert lag <= 2.0, f"taint removed {lag:.2f}s after the agent turned Ready"
         assert took >= 9, f"agent Ready after {took:.1f}s; its probe needs ~10s, so this was not the new agent"
+        # the same lag as the cluster saw it: the pod's Ready transition (1 s
+        # resolution) to the operator's write (its log line)
+        ready_at = max(
+            k8s.parse_time(c["lastTransitionTime"])
+            for p in agents()
+            for c in p["status"]["conditions"]
+            if c["type"] == "Ready"
+        )
+        removals = wait_until(
+            "the removal in the operator's log",
+            lambda: [t for t, _, w in release["logs"].writes(k8s.node_name()) if w.get("policy") == name and not w["added"]],
+            5,
+        )
+        MEASUREMENTS["agent Ready to readiness taint removed"] = (
+            f"{lag:.2f} s polled (every 0.1 s); {removals[0] - ready_at:.2f} s from the pod's Ready"
+            " lastTransitionTime (whole seconds) to the operator's write"
+        )
 
         def workload_running():
             return [p for p in k8s.pods(AGENT_NS, "app=e2e-workload") if p.get("status", {}).get("phase") == "Running"]
@@ -444,6 +460,40 @@ def test_5_leader_failover(release):
     finally:
         k8s.set_condition("E2EFailover", "False")
         k8s.delete_policies(name)
+
+
+@pytest.mark.xfail(
+    reason="operator bug: node events queued in the 2 s quiet period are dropped when the pod stops",
+    strict=False,
+)
+def test_5b_a_stopping_leader_still_publishes_the_events_of_its_last_writes(release):
+    """Every node write is explained by an event. The operator publishes node events
+    once writes have been quiet for 2 s; a leader stopped within that window must
+    still send them (it has terminationGracePeriodSeconds to do so)."""
+    name = "e2e-last-words"
+    key = TEST_TAINT_PREFIX + "last-words"
+    logs = release["logs"]
+    try:
+        k8s.apply(k8s.matcher_policy(name, key, "E2ELastWords"))
+        k8s.set_condition("E2ELastWords", "True")
+        wait_until(f"{key} on the node", lambda: k8s.has_taint(key), 10, 0.1)
+        holder = k8s.lease_holder()
+        kubectl("delete", "pod", "-n", k8s.NAMESPACE, holder, "--wait=false")
+        wait_until("the old leader gone", lambda: not k8s.get("pod", holder, k8s.NAMESPACE), 40, 0.5)
+        writer = [w[1] for w in logs.writes(k8s.node_name()) if w[2].get("policy") == name]
+        assert writer == [holder], writer
+
+        def explained():
+            for e in k8s.items("events.v1.events.k8s.io", "-n", "default"):
+                if e.get("reason") == "TaintAdded" and f"policy {name} " in e.get("note", ""):
+                    return e
+            return None
+
+        wait_until(f"a TaintAdded event for {key} from {holder}", explained, 10, 0.5)
+    finally:
+        k8s.set_condition("E2ELastWords", "False")
+        k8s.delete_policies(name)
+        k8s.wait_rollout()
 
 
 # --------------------------------------------------------------------------- 6
