@@ -13,8 +13,6 @@ import subprocess
 import threading
 import time
 
-import pytest
-
 import k8s
 from conftest import HELM_TIMEOUT, MEASUREMENTS
 from k8s import BOOTSTRAPPED, MANAGED, TEST_TAINT_PREFIX, kubectl, wait_until
@@ -462,10 +460,6 @@ def test_5_leader_failover(release):
         k8s.delete_policies(name)
 
 
-@pytest.mark.xfail(
-    reason="operator bug: node events queued in the 2 s quiet period are dropped when the pod stops",
-    strict=False,
-)
 def test_5b_a_stopping_leader_still_publishes_the_events_of_its_last_writes(release):
     """Every node write is explained by an event. The operator publishes node events
     once writes have been quiet for 2 s; a leader stopped within that window must
