@@ -33,3 +33,7 @@ ci:
 # Install the chart into a fresh bare control plane and check what it creates (needs KUBE_APISERVER_BIN and ETCD_BIN).
 chart-e2e:
     bash tests/chart/run-e2e.sh
+
+# Start a real one-node cluster (e2e/cluster.sh; needs the six Kubernetes binaries, see e2e/README.md), install the chart and run e2e/real/.
+e2e-real:
+    bash e2e/real/run.sh

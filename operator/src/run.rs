@@ -33,6 +33,10 @@ use crate::{
     telemetry::{api_metrics::ApiMetricsLayer, metrics::Metrics},
 };
 
+/// How long a stopping replica waits for its queued node events to go out; well
+/// within the chart's 30 s termination grace period, after the 10 s reconcile drain.
+const EVENT_FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
 pub struct RunConfig {
     pub metrics_addr: SocketAddr,
     pub webhook: Option<crate::serve::webhook::WebhookConfig>,
@@ -327,6 +331,10 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         None => {
             controllers.await;
         }
+    }
+    // After the Lease: the next leader need not wait for our events.
+    if !ctx.flush_events(EVENT_FLUSH_LIMIT).await {
+        tracing::warn!("node events still queued at shutdown; some were not published");
     }
     tracing::info!("shut down");
     Ok(())

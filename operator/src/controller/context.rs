@@ -166,6 +166,13 @@ impl Context {
         self.events.push(event, reference);
     }
 
+    /// Shutdown, once no more node is written: sends the queued node events now,
+    /// waiting at most `limit` for them. False if some were left unsent.
+    pub async fn flush_events(&self, limit: Duration) -> bool {
+        self.node_writes.stop();
+        self.events.drain(limit).await
+    }
+
     /// `cached`, or the node our own last write returned when the cache has not
     /// caught up with that write yet.
     pub fn freshest(&self, cached: Arc<CachedNode>) -> Arc<CachedNode> {

@@ -6,12 +6,14 @@
 //! events would double the requests the writes compete with, so they wait until
 //! the writes are done: the publisher sends only once no node write has been
 //! pending for `QUIET`, or when an event has waited `MAX_DEFERRAL`, so a cluster
-//! that never goes quiet still gets its events.
+//! that never goes quiet still gets its events. On shutdown the queue is sent at
+//! once (`WriteActivity::stop`, `EventQueue::drain`): a replica stopped right
+//! after a write would otherwise take that write's explanation with it.
 
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -45,6 +47,8 @@ pub struct WriteActivity {
     /// When `pending` last fell to 0.
     idle_since: Mutex<Instant>,
     idle: Notify,
+    /// Set on shutdown: no more waiting for quiet.
+    stopping: AtomicBool,
 }
 
 impl Default for WriteActivity {
@@ -53,6 +57,7 @@ impl Default for WriteActivity {
             pending: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             idle: Notify::new(),
+            stopping: AtomicBool::new(false),
         }
     }
 }
@@ -78,17 +83,24 @@ impl WriteActivity {
         self.pending.load(Ordering::Acquire)
     }
 
+    /// Shutdown: every `wait_quiet`, running or to come, returns at once.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.idle.notify_waiters();
+    }
+
     /// Returns once no reconcile has been pending for `quiet`, or at `deadline`: at
-    /// once when the writes have been quiet that long already.
+    /// once when the writes have been quiet that long already, or after `stop`.
     pub async fn wait_quiet(&self, quiet: Duration, deadline: Instant) {
         loop {
-            if Instant::now() >= deadline {
-                return;
-            }
             let idle = self.idle.notified();
             tokio::pin!(idle);
-            // Registered before the check, so a reconcile ending in between still wakes us.
+            // Registered before the checks, so a reconcile ending (or `stop`) in
+            // between still wakes us.
             idle.as_mut().enable();
+            if Instant::now() >= deadline || self.stopping.load(Ordering::Acquire) {
+                return;
+            }
             let quiet_from = {
                 let since = self.idle_since.lock().expect("idle lock");
                 (self.pending() == 0).then_some(*since + quiet)
@@ -96,7 +108,12 @@ impl WriteActivity {
             match quiet_from {
                 Some(at) if Instant::now() >= at => return,
                 // Then look again: a write may have come and gone meanwhile.
-                Some(at) => tokio::time::sleep_until(at.min(deadline)).await,
+                Some(at) => {
+                    tokio::select! {
+                        _ = idle => {}
+                        _ = tokio::time::sleep_until(at.min(deadline)) => {}
+                    }
+                }
                 None => {
                     tokio::select! {
                         _ = idle => {}
@@ -162,6 +179,22 @@ impl EventQueue {
                 "event queue full; event dropped"
             );
         }
+    }
+}
+
+impl EventQueue {
+    /// Waits until every queued event is out, at most `limit`; after
+    /// `WriteActivity::stop` they go without waiting for quiet. False if some were
+    /// still queued at the limit.
+    pub async fn drain(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.outstanding.load(Ordering::Acquire) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 }
 
@@ -282,6 +315,31 @@ mod tests {
             writes.wait_quiet(QUIET, deadline).await;
         }
         assert_eq!(quiet.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_lets_waiting_events_go_at_once() {
+        let writes = Arc::new(WriteActivity::default());
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(60);
+        // One waiter inside the quiet period, one behind a pending write.
+        let quiet = {
+            let w = writes.clone();
+            tokio::spawn(async move { w.wait_quiet(QUIET, deadline).await })
+        };
+        writes.begin();
+        let busy = {
+            let w = writes.clone();
+            tokio::spawn(async move { w.wait_quiet(QUIET, deadline).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        writes.stop();
+        quiet.await.unwrap();
+        busy.await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        // and any later wait returns at once
+        writes.wait_quiet(QUIET, deadline).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
     }
 
     #[tokio::test(start_paused = true)]

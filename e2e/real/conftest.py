@@ -1,0 +1,153 @@
+"""Session fixtures: the operator image, a real one-node cluster, the chart installed.
+
+The cluster comes from e2e/cluster.sh (up before the first test, down after the
+last, whatever happened). Without the Kubernetes binaries every test is skipped
+with the reason. E2E_REAL_KEEP=1 keeps the cluster directory (logs) after down;
+E2E_REAL_CLUSTER_DIR=DIR uses a cluster already up (and leaves it up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import helm_python as helm
+import pytest
+
+import k8s
+
+BINARIES = (
+    "ETCD_BIN",
+    "KUBE_APISERVER_BIN",
+    "KUBE_CONTROLLER_MANAGER_BIN",
+    "KUBE_SCHEDULER_BIN",
+    "KUBELET_BIN",
+    "KUBE_PROXY_BIN",
+)
+IMAGE_TAR = k8s.REPO / "target" / "image" / "taint-operator.tar"
+# What the image is built from: a newer file means the archive is stale.
+IMAGE_SOURCES = ("operator", "engine", "Cargo.toml", "Cargo.lock", "Dockerfile")
+HELM_TIMEOUT = 120
+
+# Filled by the tests, printed at the end of the run.
+MEASUREMENTS: dict[str, str] = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASUREMENTS:
+        terminalreporter.section("measurements")
+        for key, value in MEASUREMENTS.items():
+            terminalreporter.write_line(f"{key}: {value}")
+
+
+def missing_binary() -> str | None:
+    for var in BINARIES:
+        path = os.environ.get(var, "")
+        if not path:
+            return f"{var} is not set (see e2e/README.md)"
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            return f"{var}={path} is not an executable file (see e2e/README.md)"
+    return None
+
+
+def image_is_stale() -> bool:
+    if not IMAGE_TAR.exists():
+        return True
+    built = IMAGE_TAR.stat().st_mtime
+    files = subprocess.run(
+        ["git", "-C", str(k8s.REPO), "ls-files", "-z", *IMAGE_SOURCES],
+        capture_output=True, text=True, check=True,
+    ).stdout.split("\0")
+    return any(f and (k8s.REPO / f).exists() and (k8s.REPO / f).stat().st_mtime > built for f in files)
+
+
+def read_env(directory: str) -> None:
+    for line in Path(directory, "env").read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            k8s.ENV[key] = value
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    existing = os.environ.get("E2E_REAL_CLUSTER_DIR")
+    if existing:
+        # a cluster from `e2e/cluster.sh up DIR target/image/taint-operator.tar`, left up
+        read_env(existing)
+        yield existing
+        return
+    reason = missing_binary()
+    if reason:
+        pytest.skip(reason)
+    if image_is_stale():
+        # a static release build: a few minutes
+        subprocess.run(["bash", str(k8s.REPO / "scripts" / "build-image.sh")], check=True)
+    directory = tempfile.mkdtemp(prefix="taint-operator-real-")
+    script = k8s.REPO / "e2e" / "cluster.sh"
+    up = subprocess.run(["bash", str(script), "up", directory, str(IMAGE_TAR)], capture_output=True, text=True)
+    try:
+        if up.returncode == 3:
+            pytest.skip(up.stderr.strip().splitlines()[-1])
+        assert up.returncode == 0, f"cluster.sh up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}"
+        read_env(directory)
+        yield directory
+    finally:
+        env = {**os.environ, "KEEP": "1" if os.environ.get("E2E_REAL_KEEP") == "1" else "0"}
+        down = subprocess.run(["bash", str(script), "down", directory], capture_output=True, text=True, env=env)
+        if down.returncode != 0:
+            print(f"cluster.sh down failed ({down.returncode}):\n{down.stdout}\n{down.stderr}")
+        if os.path.isdir(directory) and env["KEEP"] != "1" and not os.listdir(directory):
+            os.rmdir(directory)
+
+
+@pytest.fixture(scope="session")
+def chart():
+    with helm.Chart.load(k8s.CHART) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="session")
+def helm_cfg(cluster):
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl is not in PATH")
+    with helm.Config(kubeconfig_path=k8s.ENV["KUBECONFIG"], namespace=k8s.NAMESPACE) as cfg:
+        cfg.check_reachable()
+        yield cfg
+
+
+@pytest.fixture(scope="session")
+def release(cluster, chart, helm_cfg):
+    """The chart installed with its default values and the image from `just image`.
+
+    Also measures the time from `helm install` to the first policy enforced: a
+    matcher policy on a condition the node already has, applied as soon as the
+    CRD is served; the clock stops when the node carries its taint.
+    """
+    key = k8s.TEST_TAINT_PREFIX + "install-probe"
+    logs = k8s.LogFollower().start()
+    k8s.set_condition("E2EInstallProbe", "True")
+    started = time.monotonic()
+    rel = helm_cfg.install(
+        chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, create_namespace=True, timeout=HELM_TIMEOUT
+    )
+    installed = time.monotonic()
+    probe = k8s.matcher_policy("e2e-install-probe", key, "E2EInstallProbe")
+    k8s.wait_until(
+        "the TaintPolicy CRD served",
+        lambda: k8s.kubectl("apply", "-f", "-", stdin=json.dumps(probe), check=False).returncode == 0,
+        30,
+    )
+    k8s.wait_until(f"taint {key} on the node", lambda: k8s.has_taint(key), 90, interval=0.1)
+    enforced = time.monotonic()
+    MEASUREMENTS["helm install returned after"] = f"{installed - started:.1f} s"
+    MEASUREMENTS["helm install to first policy enforced"] = f"{enforced - started:.1f} s"
+    k8s.delete_policies("e2e-install-probe")
+    k8s.set_condition("E2EInstallProbe", "False")
+    yield {"release": rel, "started": started, "logs": logs}
+    logs.stop()
+    helm_cfg.uninstall(k8s.RELEASE, ignore_not_found=True, timeout=HELM_TIMEOUT)

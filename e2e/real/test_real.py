@@ -1,0 +1,595 @@
+"""taint-operator on a real one-node cluster: installed with Helm, run by a kubelet.
+
+The tests run in file order on one release (conftest.py): defaults first, then
+the webhook turned on, an upgrade, and the uninstall last. Each test creates
+its own policies (taint keys under e2e.nodetaint.io/) and namespaces and
+deletes them at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import k8s
+from conftest import HELM_TIMEOUT, MEASUREMENTS
+from k8s import BOOTSTRAPPED, MANAGED, TEST_TAINT_PREFIX, kubectl, wait_until
+
+WEBHOOK_VALUES = {"webhook": {"enabled": True, "failurePolicy": "Fail"}}
+
+
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def delete_namespace(name: str) -> None:
+    kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=90s", timeout=120, check=False)
+
+
+def busybox_container(name: str, script: str, **extra) -> dict:
+    return {
+        "name": name,
+        "image": k8s.ENV["BUSYBOX_IMAGE"],
+        "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", script],
+        **extra,
+    }
+
+
+# Stays up until TERM; with STOP_DELAY it takes that long to stop (a slow agent).
+LOOP = "trap 'sleep ${STOP_DELAY:-0}; exit 0' TERM; while true; do sleep 1; done"
+
+
+# --------------------------------------------------------------------------- 1
+
+
+def test_1_operator_pods_run_ready_with_one_leader(release):
+    deadline = release["started"] + 60
+
+    def both_ready():
+        ps = k8s.live_operator_pods()
+        return ps if len(ps) == 2 and all(k8s.pod_ready(p) for p in ps) else None
+
+    pods = wait_until("both operator replicas Running and Ready", both_ready, max(1, deadline - time.monotonic()))
+    MEASUREMENTS["helm install to both replicas Ready"] = f"{time.monotonic() - release['started']:.1f} s"
+    names = {p["metadata"]["name"] for p in pods}
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+
+    holder = wait_until("a Lease holder", k8s.lease_holder, 30)
+    assert holder in names, f"Lease held by {holder}, not one of {names}"
+    # exactly one replica says it leads
+    leaders = [n for n in names if "became leader" in kubectl("logs", "-n", k8s.NAMESPACE, n).stdout]
+    assert leaders == [holder], f"replicas that logged 'became leader': {leaders}; Lease holder {holder}"
+
+    # the kubelet's probes pass: Ready (readiness), no restart and no failed liveness
+    # probe (a readiness probe may fail while the caches sync at start-up)
+    for p in pods:
+        st = p["status"]["containerStatuses"][0]
+        assert st["ready"] and st["restartCount"] == 0, st
+    events = k8s.items("events", "-n", k8s.NAMESPACE, "--field-selector", "reason=Unhealthy")
+    failed = [e["message"] for e in events if e["involvedObject"]["name"] in names]
+    assert not [m for m in failed if "Liveness" in m], failed
+    MEASUREMENTS["readiness probe failures at start-up"] = str(len(failed))
+
+    # non-root with a read-only root filesystem, as the runtime really started it
+    for p in pods:
+        pid = k8s.container_pid(p)
+        status = open(f"/proc/{pid}/status").read()
+        uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+        assert set(uids) == {"65532"}, f"{p['metadata']['name']}: Uid {uids}"
+        root = next(
+            line.split() for line in open(f"/proc/{pid}/mountinfo").read().splitlines() if line.split()[4] == "/"
+        )
+        assert "ro" in root[5].split(","), f"{p['metadata']['name']}: root mounted {root[5]}"
+
+    time.sleep(5)
+    MEASUREMENTS["operator memory, idle after install"] = k8s.operator_memory()
+
+
+# --------------------------------------------------------------------------- 2
+
+AGENT_NS = "e2e-agent"
+AGENT_KEY = TEST_TAINT_PREFIX + "agent-not-ready"
+
+
+def agent_daemonset(stamp: str = "1") -> dict:
+    script = "sleep 10; touch /tmp/ready; " + LOOP
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": AGENT_NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": "e2e-agent"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": {"app": "e2e-agent"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 30,
+                    "tolerations": [{"key": AGENT_KEY, "operator": "Exists"}],
+                    # the image is FROM scratch: no /tmp of its own
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "containers": [
+                        busybox_container(
+                            "agent",
+                            script,
+                            env=[{"name": "STOP_DELAY", "value": "12"}, {"name": "STAMP", "value": stamp}],
+                            volumeMounts=[{"name": "tmp", "mountPath": "/tmp"}],
+                            readinessProbe={
+                                "exec": {"command": ["/bin/sh", "-c", "test -f /tmp/ready"]},
+                                "periodSeconds": 1,
+                            },
+                        )
+                    ],
+                },
+            },
+        },
+    }
+
+
+def workload() -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "workload", "namespace": AGENT_NS},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "e2e-workload"}},
+            "template": {
+                "metadata": {"labels": {"app": "e2e-workload"}},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [busybox_container("work", LOOP)]},
+            },
+        },
+    }
+
+
+def agents() -> list[dict]:
+    return k8s.pods(AGENT_NS, "app=e2e-agent")
+
+
+def follow_agent(what: str, timeout: float, expect_taint_while_not_ready: bool = True) -> tuple[float, float]:
+    """Polls node then agents until an agent is Ready and (if expected) the taint is gone.
+
+    Asserts the taint is there whenever no agent is Ready (the node is read
+    first, so an agent seen not Ready afterwards was not Ready then either).
+    Returns (seconds from the first Ready agent seen to the taint seen gone, total)."""
+    start = time.monotonic()
+    t_ready = t_gone = None
+    while time.monotonic() - start < timeout:
+        tainted = k8s.has_taint(AGENT_KEY)
+        ready = any(k8s.pod_ready(p) for p in agents())
+        now = time.monotonic()
+        if not ready and not tainted and expect_taint_while_not_ready:
+            raise AssertionError(f"{what}: no agent Ready but the node lacks {AGENT_KEY}")
+        if ready and t_ready is None:
+            t_ready = now
+        if ready and not tainted:
+            t_gone = now
+            return t_gone - t_ready, now - start
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout}s (agent Ready seen: {t_ready is not None})")
+
+
+def test_2_readiness_of_a_daemonset_gates_the_node(release):
+    name = "e2e-agent-ready"
+    pol = k8s.policy(
+        name,
+        AGENT_KEY,
+        readiness={
+            "criticalPods": [{"name": "agent", "namespace": AGENT_NS, "selector": {"matchLabels": {"app": "e2e-agent"}}}]
+        },
+        mode="Continuous",
+    )
+    try:
+        k8s.apply(namespace(AGENT_NS))
+        wait_until("default ServiceAccount in " + AGENT_NS, lambda: k8s.get("serviceaccount", "default", AGENT_NS), 30)
+        k8s.apply(pol)
+        wait_until(f"{AGENT_KEY} on the node (no agent yet)", lambda: k8s.has_taint(AGENT_KEY), 10, 0.1)
+
+        # A workload without the toleration stays Pending, and the scheduler says
+        # why. Its 1.36 message says "untolerated taint(s)" without naming them,
+        # so the node must carry no other taint for the message to be about ours.
+        k8s.apply(workload())
+
+        def pending_for_taint():
+            for p in k8s.pods(AGENT_NS, "app=e2e-workload"):
+                for c in p.get("status", {}).get("conditions") or []:
+                    if c["type"] == "PodScheduled" and c["status"] == "False":
+                        return c.get("message")
+            return None
+
+        message = wait_until("workload Pending", pending_for_taint, 30)
+        assert "untolerated taint" in message, message
+        assert {t["key"] for t in k8s.taints()} == {AGENT_KEY}, k8s.taints()
+        assert all(p["status"]["phase"] == "Pending" for p in k8s.pods(AGENT_NS, "app=e2e-workload"))
+
+        k8s.apply(agent_daemonset())
+        lag, took = follow_agent("first agent", 60)
+        assert lag <= 2.0, f"taint removed {lag:.2f}s after the agent turned Ready"
+        assert took >= 9, f"agent Ready after {took:.1f}s; its probe needs ~10s, so this was not the new agent"
+        # the same lag as the cluster saw it: the pod's Ready transition (1 s
+        # resolution) to the operator's write (its log line)
+        ready_at = max(
+            k8s.parse_time(c["lastTransitionTime"])
+            for p in agents()
+            for c in p["status"]["conditions"]
+            if c["type"] == "Ready"
+        )
+        removals = wait_until(
+            "the removal in the operator's log",
+            lambda: [t for t, _, w in release["logs"].writes(k8s.node_name()) if w.get("policy") == name and not w["added"]],
+            5,
+        )
+        MEASUREMENTS["agent Ready to readiness taint removed"] = (
+            f"{lag:.2f} s polled (every 0.1 s); {removals[0] - ready_at:.2f} s from the pod's Ready"
+            " lastTransitionTime (whole seconds) to the operator's write"
+        )
+
+        def workload_running():
+            return [p for p in k8s.pods(AGENT_NS, "app=e2e-workload") if p.get("status", {}).get("phase") == "Running"]
+
+        wait_until("workload Running once the taint is gone", workload_running, 30)
+
+        # kill the agent: in Continuous the taint returns until the new agent is Ready
+        old = agents()[0]["metadata"]["name"]
+        kubectl("delete", "pod", "-n", AGENT_NS, old, "--grace-period=1", "--wait=false")
+        wait_until(f"{AGENT_KEY} back after the agent was deleted", lambda: k8s.has_taint(AGENT_KEY), 3, 0.1)
+        lag, _ = follow_agent("agent after a kill", 60)
+        assert lag <= 2.0, lag
+
+        # a rolling update with a slow-stopping agent: the terminating one is not Ready
+        k8s.apply(agent_daemonset(stamp="2"))
+
+        def old_terminating():
+            return [p for p in agents() if p["metadata"].get("deletionTimestamp")]
+
+        wait_until("old agent terminating in the rolling update", old_terminating, 15, 0.1)
+        wait_until(f"{AGENT_KEY} back while the old agent terminates", lambda: k8s.has_taint(AGENT_KEY), 2, 0.1)
+        assert old_terminating(), "the old agent stopped before the check; raise STOP_DELAY"
+        lag, took = follow_agent("agent after a rolling update", 90)
+        assert lag <= 2.0, lag
+        assert took >= 15, f"the rollout finished in {took:.1f}s; the old agent should have taken ~12s to stop"
+
+        # BootstrapOnly: once ready, killing the agent never taints the node again
+        kubectl("patch", "taintpolicy", name, "--type=merge", "-p", '{"spec":{"mode":"BootstrapOnly"}}')
+        wait_until(
+            "bootstrap completion recorded",
+            lambda: name in json.loads(k8s.annotations().get(BOOTSTRAPPED, "{}")),
+            15,
+        )
+        old = agents()[0]["metadata"]["name"]
+        kubectl("delete", "pod", "-n", AGENT_NS, old, "--grace-period=1", "--wait=false")
+        start = time.monotonic()
+        seen_new_ready = None
+        while time.monotonic() - start < 40:
+            assert not k8s.has_taint(AGENT_KEY), "BootstrapOnly tainted the node again after the agent was killed"
+            fresh = [p for p in agents() if p["metadata"]["name"] != old and k8s.pod_ready(p)]
+            if fresh and seen_new_ready is None:
+                seen_new_ready = time.monotonic()
+            if seen_new_ready and time.monotonic() - seen_new_ready > 3:
+                break
+            time.sleep(0.2)
+        assert seen_new_ready, "the replacement agent never turned Ready"
+    finally:
+        k8s.delete_policies(name)
+        delete_namespace(AGENT_NS)
+    assert not k8s.has_taint(AGENT_KEY)
+    assert name not in json.loads(k8s.annotations().get(BOOTSTRAPPED, "{}"))
+
+
+# --------------------------------------------------------------------------- 3
+
+EVICT_NS = "e2e-evict"
+BROKEN_KEY = TEST_TAINT_PREFIX + "broken"
+LIFECYCLE = {"node.kubernetes.io/unschedulable", "node.kubernetes.io/network-unavailable"}
+
+
+def test_3_noexecute_evicts_ordinary_pods_not_the_operator(release):
+    name = "e2e-noexecute"
+    node = k8s.node_name()
+    try:
+        k8s.apply(namespace(EVICT_NS))
+        wait_until("default ServiceAccount", lambda: k8s.get("serviceaccount", "default", EVICT_NS), 30)
+        victim = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "victim", "namespace": EVICT_NS},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [busybox_container("victim", LOOP)]},
+        }
+        k8s.apply(victim)
+        wait_until("victim Running", lambda: k8s.pod_ready(k8s.get("pod", "victim", EVICT_NS) or {"metadata": {}}), 30)
+        before = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["restartCount"] for p in k8s.operator_pods()}
+
+        k8s.apply(k8s.matcher_policy(name, BROKEN_KEY, "E2EBroken", effect="NoExecute"))
+        k8s.set_condition("E2EBroken", "True")
+        wait_until(f"{BROKEN_KEY}:NoExecute on the node", lambda: k8s.has_taint(BROKEN_KEY), 5, 0.1)
+        taint = next(t for t in k8s.taints() if t["key"] == BROKEN_KEY)
+        assert taint["effect"] == "NoExecute" and taint.get("timeAdded"), taint
+        wait_until("victim evicted by the taint", lambda: not k8s.get("pod", "victim", EVICT_NS), 60, 0.5)
+        evictions = k8s.items("events", "-n", EVICT_NS, "--field-selector", "involvedObject.name=victim")
+        assert any(e["reason"] == "TaintManagerEviction" for e in evictions), [e["reason"] for e in evictions]
+
+        # the node lifecycle controller writes its own taints on the node meanwhile
+        kubectl("cordon", node)
+        k8s.set_condition("NetworkUnavailable", "True")
+        wait_until("lifecycle taints and ours together", lambda: LIFECYCLE | {BROKEN_KEY} <= {t["key"] for t in k8s.taints()}, 30)
+        for status in ("False", "True", "False", "True"):
+            k8s.set_condition("E2EBroken", status)
+            want = status == "True"
+            wait_until(f"{BROKEN_KEY} present={want}", lambda: k8s.has_taint(BROKEN_KEY) == want, 5, 0.1)
+            keys = {t["key"] for t in k8s.taints()}
+            assert LIFECYCLE <= keys, f"a lifecycle taint was lost: {keys}"
+        # both writers at once: the controller lifts its taints while the operator lifts ours
+        kubectl("uncordon", node)
+        k8s.set_condition("NetworkUnavailable", "False")
+        k8s.set_condition("E2EBroken", "False")
+        wait_until(
+            "every taint lifted by its own writer",
+            lambda: not ({t["key"] for t in k8s.taints()} & (LIFECYCLE | {BROKEN_KEY})),
+            30,
+        )
+        kubectl("cordon", node)
+        k8s.set_condition("E2EBroken", "True")
+        wait_until(
+            "both added concurrently",
+            lambda: {"node.kubernetes.io/unschedulable", BROKEN_KEY} <= {t["key"] for t in k8s.taints()},
+            30,
+        )
+        kubectl("uncordon", node)
+
+        # the operator's pods tolerated the NoExecute taint: same pods, no restart, Ready
+        after = {p["metadata"]["uid"]: p for p in k8s.operator_pods()}
+        assert set(after) == set(before), "operator pods were replaced while the NoExecute taint was on"
+        for uid, p in after.items():
+            assert k8s.pod_ready(p) and p["status"]["containerStatuses"][0]["restartCount"] == before[uid], p["status"]
+        # and keep working: clearing the condition lifts the taint
+        k8s.set_condition("E2EBroken", "False")
+        wait_until(f"{BROKEN_KEY} lifted", lambda: not k8s.has_taint(BROKEN_KEY), 5, 0.1)
+    finally:
+        kubectl("uncordon", node, check=False)
+        k8s.set_condition("NetworkUnavailable", "False")
+        k8s.set_condition("E2EBroken", "False")
+        k8s.delete_policies(name)
+        delete_namespace(EVICT_NS)
+
+
+# --------------------------------------------------------------------------- 4
+
+JOIN_KEY = TEST_TAINT_PREFIX + "joining"
+
+
+def service_answers(port_name: str) -> bool:
+    svc = k8s.get("service", k8s.FULLNAME, k8s.NAMESPACE)
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == port_name)
+    scheme = "https" if port_name == "webhook" else "http"
+    path = "/mutate-node" if port_name == "webhook" else "/metrics"
+    done = subprocess.run(
+        ["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2",
+         f"{scheme}://{svc['spec']['clusterIP']}:{port}{path}"],
+        capture_output=True, text=True,
+    )
+    return done.stdout not in ("", "000")
+
+
+def test_4_webhook_taints_nodes_in_their_create(release, chart, helm_cfg):
+    rel = helm_cfg.upgrade(chart, k8s.RELEASE, WEBHOOK_VALUES, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+    assert rel["status"] == "deployed"
+    mwc = k8s.get("mutatingwebhookconfiguration", k8s.FULLNAME)
+    assert mwc["webhooks"][0]["failurePolicy"] == "Fail"
+    k8s.wait_rollout()
+    wait_until("the webhook Service answers", lambda: service_answers("webhook"), 30)
+
+    name = "e2e-webhook"
+    label = "e2e.nodetaint.io/webhook"
+    pol = k8s.policy(
+        name,
+        JOIN_KEY,
+        nodeSelector={"matchLabels": {label: "yes"}},
+        readiness={"criticalPods": [{"name": "none", "namespace": "e2e-webhook", "selector": {"matchLabels": {"app": "none"}}}]},
+    )
+    created = []
+
+    def create_node(node: str, labels: dict) -> dict:
+        manifest = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}}
+        out = kubectl("create", "-f", "-", "-o", "json", stdin=json.dumps(manifest)).stdout
+        created.append(node)
+        return json.loads(out)
+
+    try:
+        k8s.apply(pol)
+        wait_until(
+            "policy observed",
+            lambda: (k8s.get("taintpolicy", name) or {}).get("status", {}).get("observedGeneration") == 1,
+            15,
+        )
+        time.sleep(1)  # both replicas' caches: the standby may be the one the Service picks
+        for i in range(4):  # the Service spreads the calls over both replicas
+            joined = create_node(f"e2e-webhook-yes-{i}", {label: "yes"})
+            assert JOIN_KEY in {t["key"] for t in k8s.taints(joined)}, f"CREATE answer: {k8s.taints(joined)}"
+            owners = json.loads(k8s.annotations(joined).get(MANAGED, "{}"))
+            assert owners.get(f"{JOIN_KEY}:NoSchedule") == name, owners
+        other = create_node("e2e-webhook-no", {label: "no"})
+        assert JOIN_KEY not in {t["key"] for t in k8s.taints(other)}, k8s.taints(other)
+        assert MANAGED not in k8s.annotations(other), k8s.annotations(other)
+    finally:
+        if created:
+            kubectl("delete", "node", *created, "--ignore-not-found", "--wait=false", check=False)
+        k8s.delete_policies(name)
+
+
+# --------------------------------------------------------------------------- 5
+
+FAILOVER_KEY = TEST_TAINT_PREFIX + "failover"
+
+
+def test_5_leader_failover(release):
+    name = "e2e-failover"
+    try:
+        k8s.apply(k8s.matcher_policy(name, FAILOVER_KEY, "E2EFailover"))
+        k8s.set_condition("E2EFailover", "True")
+        wait_until(f"{FAILOVER_KEY} on the node", lambda: k8s.has_taint(FAILOVER_KEY), 10, 0.1)
+        holder = k8s.lease_holder()
+        assert holder, "no Lease holder"
+
+        started = time.monotonic()
+        kubectl("delete", "pod", "-n", k8s.NAMESPACE, holder, "--wait=false")
+
+        def new_holder():
+            h = k8s.lease_holder()
+            live = {p["metadata"]["name"] for p in k8s.live_operator_pods()}
+            return h if h and h != holder and h in live else None
+
+        successor = wait_until("another replica holds the Lease", new_holder, 20, 0.2)
+        took = time.monotonic() - started
+        MEASUREMENTS["leader pod deleted to new Lease holder"] = f"{took:.1f} s"
+
+        k8s.set_condition("E2EFailover", "False")
+        wait_until(f"{FAILOVER_KEY} lifted by the new leader", lambda: not k8s.has_taint(FAILOVER_KEY), 10, 0.1)
+        logs = release["logs"]
+
+        def removal_logged():
+            return [w[1] for w in logs.writes(k8s.node_name()) if w[2].get("policy") == name and not w[2]["added"]]
+
+        # log lines reach us through `kubectl logs -f` a moment after the write
+        writers = wait_until(f"the removal of {FAILOVER_KEY} in a log", removal_logged, 5)
+        assert writers == [successor], f"{FAILOVER_KEY} removed by {writers}, the new leader is {successor}"
+        logs.assert_one_writer_at_a_time()
+    finally:
+        k8s.set_condition("E2EFailover", "False")
+        k8s.delete_policies(name)
+
+
+def test_5b_a_stopping_leader_still_publishes_the_events_of_its_last_writes(release):
+    """Every node write is explained by an event. The operator publishes node events
+    once writes have been quiet for 2 s; a leader stopped within that window must
+    still send them (it has terminationGracePeriodSeconds to do so)."""
+    name = "e2e-last-words"
+    key = TEST_TAINT_PREFIX + "last-words"
+    logs = release["logs"]
+    try:
+        k8s.apply(k8s.matcher_policy(name, key, "E2ELastWords"))
+        k8s.set_condition("E2ELastWords", "True")
+        wait_until(f"{key} on the node", lambda: k8s.has_taint(key), 10, 0.1)
+        holder = k8s.lease_holder()
+        kubectl("delete", "pod", "-n", k8s.NAMESPACE, holder, "--wait=false")
+        wait_until("the old leader gone", lambda: not k8s.get("pod", holder, k8s.NAMESPACE), 40, 0.5)
+        writer = [w[1] for w in logs.writes(k8s.node_name()) if w[2].get("policy") == name]
+        assert writer == [holder], writer
+
+        def explained():
+            for e in k8s.items("events.v1.events.k8s.io", "-n", "default"):
+                if e.get("reason") == "TaintAdded" and f"policy {name} " in e.get("note", ""):
+                    return e
+            return None
+
+        wait_until(f"a TaintAdded event for {key} from {holder}", explained, 10, 0.5)
+    finally:
+        k8s.set_condition("E2ELastWords", "False")
+        k8s.delete_policies(name)
+        k8s.wait_rollout()
+
+
+# --------------------------------------------------------------------------- 6
+
+UPGRADE_KEY = TEST_TAINT_PREFIX + "upgrade"
+FLIP_KEY = TEST_TAINT_PREFIX + "flip"
+
+
+def test_6_upgrade_rolls_pods_with_one_leader_and_no_taint_lost(release, chart, helm_cfg):
+    names = ("e2e-upgrade", "e2e-flip")
+    stop = threading.Event()
+    seen: dict[str, list] = {"missing": [], "holders": [], "errors": []}
+
+    def sample():
+        # writes keep coming during the rollout: a condition flips every 2 s
+        flip, last_flip = False, 0.0
+        while not stop.is_set():
+            try:
+                if time.monotonic() - last_flip > 2:
+                    flip = not flip
+                    k8s.set_condition("E2EFlip", "True" if flip else "False")
+                    last_flip = time.monotonic()
+                if not k8s.has_taint(UPGRADE_KEY):
+                    seen["missing"].append(time.monotonic())
+                seen["holders"].append(k8s.lease_holder())
+            except Exception as e:  # noqa: BLE001 - keep sampling; reported below
+                seen["errors"].append(repr(e))
+            time.sleep(0.2)
+
+    try:
+        k8s.apply(k8s.matcher_policy(names[0], UPGRADE_KEY, "E2EUpgrade"), k8s.matcher_policy(names[1], FLIP_KEY, "E2EFlip"))
+        k8s.set_condition("E2EUpgrade", "True")
+        wait_until(f"{UPGRADE_KEY} on the node", lambda: k8s.has_taint(UPGRADE_KEY), 10, 0.1)
+        before = {p["metadata"]["uid"] for p in k8s.operator_pods()}
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        values = {**WEBHOOK_VALUES, "logLevel": "debug"}
+        rel = helm_cfg.upgrade(chart, k8s.RELEASE, values, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+        assert rel["status"] == "deployed"
+        pods = k8s.wait_rollout(180)
+        assert not ({p["metadata"]["uid"] for p in pods} & before), "the pods were not replaced"
+        time.sleep(4)  # a couple more flips under the new leader
+        stop.set()
+        sampler.join(10)
+
+        assert not seen["errors"][:3], seen["errors"][:3]
+        assert not seen["missing"], f"{UPGRADE_KEY} missing in {len(seen['missing'])} samples during the rollout"
+        holders = [h for h in seen["holders"] if h]
+        changes = [b for a, b in zip(holders, holders[1:]) if a != b]
+        MEASUREMENTS["Lease holders during the upgrade"] = " -> ".join([holders[0], *changes]) if holders else "none"
+        # the flip policy kept following its condition under the new pods
+        want = k8s.node()["status"]["conditions"]
+        flip_now = next(c["status"] for c in want if c["type"] == "E2EFlip") == "True"
+        wait_until(f"{FLIP_KEY} follows E2EFlip", lambda: k8s.has_taint(FLIP_KEY) == flip_now, 5, 0.1)
+        release["logs"].assert_one_writer_at_a_time()
+        for p in pods:
+            assert "--log-level=debug" in p["spec"]["containers"][0]["args"]
+        # metrics through the Service
+        svc = k8s.get("service", k8s.FULLNAME, k8s.NAMESPACE)
+        url = f"http://{svc['spec']['clusterIP']}:8080/metrics"
+        body = subprocess.run(["curl", "-sf", "--max-time", "5", url], capture_output=True, text=True).stdout
+        assert "taint_operator_node_writes_total" in body, body[:500]
+    finally:
+        stop.set()
+        k8s.set_condition("E2EUpgrade", "False")
+        k8s.set_condition("E2EFlip", "False")
+        k8s.delete_policies(*names)
+
+
+# --------------------------------------------------------------------------- 7
+
+CLEANUP_KEY = TEST_TAINT_PREFIX + "cleanup"
+BOOT_KEY = TEST_TAINT_PREFIX + "boot"
+
+
+def test_7_delete_policies_then_uninstall_leaves_nodes_clean(release, helm_cfg):
+    MEASUREMENTS["operator memory, after the tests"] = k8s.operator_memory()
+    k8s.set_condition("E2ECleanup", "True")
+    k8s.set_condition("E2EBootReady", "False")
+    k8s.apply(
+        k8s.matcher_policy("e2e-cleanup", CLEANUP_KEY, "E2ECleanup"),
+        k8s.policy(
+            "e2e-boot",
+            BOOT_KEY,
+            readiness={"conditions": [{"type": "E2EBootReady", "status": "True"}]},
+            mode="BootstrapOnly",
+        ),
+        k8s.matcher_policy("e2e-cleanup-noexec", CLEANUP_KEY + "-x", "E2ECleanup", effect="NoExecute"),
+    )
+    wait_until("taints of the three policies", lambda: {CLEANUP_KEY, BOOT_KEY, CLEANUP_KEY + "-x"} <= {t["key"] for t in k8s.taints()}, 10)
+    k8s.set_condition("E2EBootReady", "True")
+    wait_until("bootstrap recorded", lambda: "e2e-boot" in json.loads(k8s.annotations().get(BOOTSTRAPPED, "{}")), 10)
+    assert MANAGED in k8s.annotations()
+
+    kubectl("delete", "tp", "--all", "--timeout=60s", timeout=90)
+    helm_cfg.uninstall(k8s.RELEASE, timeout=HELM_TIMEOUT)
+    wait_until("operator pods gone", lambda: not k8s.operator_pods(), 60, 0.5)
+
+    for n in k8s.items("nodes"):
+        left = [t for t in k8s.taints(n) if t["key"].startswith(TEST_TAINT_PREFIX)]
+        assert not left, f"{n['metadata']['name']}: operator taints left: {left}"
+        notes = {k: v for k, v in k8s.annotations(n).items() if k.startswith("nodetaint.io/")}
+        assert not notes, f"{n['metadata']['name']}: operator annotations left: {notes}"
+    for c in ("E2ECleanup", "E2EBootReady"):
+        k8s.set_condition(c, "False")
