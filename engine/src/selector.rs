@@ -62,13 +62,7 @@ impl Selector {
             .iter()
             .filter(|(key, op, values)| !expression_holds(*op, values, get(key)))
             .map(|(key, op, values)| {
-                let term = match op {
-                    SelectorOperator::In => format!("{key} in ({})", values.join(",")),
-                    SelectorOperator::NotIn => format!("{key} notin ({})", values.join(",")),
-                    SelectorOperator::Exists => key.clone(),
-                    SelectorOperator::DoesNotExist => format!("!{key}"),
-                };
-                format!("{term} ({})", has(key))
+                format!("{} ({})", expression_text(key, *op, values), has(key))
             });
         labels.chain(expressions).collect()
     }
@@ -215,13 +209,21 @@ impl SlotSelector {
 /// `labelSelector` takes it. Empty selects everything.
 pub fn selector_string(s: &LabelSelector) -> String {
     let labels = s.match_labels.iter().map(|(k, v)| format!("{k}={v}"));
-    let expressions = s.match_expressions.iter().map(|e| match e.operator {
-        SelectorOperator::In => format!("{} in ({})", e.key, e.values.join(",")),
-        SelectorOperator::NotIn => format!("{} notin ({})", e.key, e.values.join(",")),
-        SelectorOperator::Exists => e.key.clone(),
-        SelectorOperator::DoesNotExist => format!("!{}", e.key),
-    });
+    let expressions = s
+        .match_expressions
+        .iter()
+        .map(|e| expression_text(&e.key, e.operator, &e.values));
     labels.chain(expressions).collect::<Vec<_>>().join(",")
+}
+
+/// One `matchExpressions` term in label-selector syntax.
+fn expression_text(key: &str, op: SelectorOperator, values: &[String]) -> String {
+    match op {
+        SelectorOperator::In => format!("{key} in ({})", values.join(",")),
+        SelectorOperator::NotIn => format!("{key} notin ({})", values.join(",")),
+        SelectorOperator::Exists => key.to_string(),
+        SelectorOperator::DoesNotExist => format!("!{key}"),
+    }
 }
 
 #[cfg(test)]
@@ -311,9 +313,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn match_labels_and_expressions_all_must_hold() {
-        let sel = LabelSelector {
+    /// One term of each kind: spot, in zone a or b, not a GPU tier, a worker, not
+    /// the control plane.
+    fn spot_worker() -> LabelSelector {
+        LabelSelector {
             match_labels: labels(&[("lifecycle", "spot")]),
             match_expressions: vec![
                 expr("zone", SelectorOperator::In, &["a", "b"]),
@@ -321,7 +324,12 @@ mod tests {
                 expr("worker", SelectorOperator::Exists, &[]),
                 expr("control-plane", SelectorOperator::DoesNotExist, &[]),
             ],
-        };
+        }
+    }
+
+    #[test]
+    fn match_labels_and_expressions_all_must_hold() {
+        let sel = spot_worker();
         let s = Selector::new(Some(&sel));
         assert!(s.matches(&labels(&[
             ("lifecycle", "spot"),
@@ -361,15 +369,7 @@ mod tests {
 
     #[test]
     fn failing_terms_name_each_term_and_what_the_node_has() {
-        let sel = LabelSelector {
-            match_labels: labels(&[("lifecycle", "spot")]),
-            match_expressions: vec![
-                expr("zone", SelectorOperator::In, &["a", "b"]),
-                expr("tier", SelectorOperator::NotIn, &["gpu"]),
-                expr("worker", SelectorOperator::Exists, &[]),
-                expr("control-plane", SelectorOperator::DoesNotExist, &[]),
-            ],
-        };
+        let sel = spot_worker();
         let node = labels(&[
             ("lifecycle", "on-demand"),
             ("zone", "a"),
