@@ -13,6 +13,12 @@ pub const FINALIZER: &str = "nodetaint.io/cleanup";
 pub const MANAGED_TAINTS_ANNOTATION: &str = "nodetaint.io/managed-taints";
 /// Node annotation: `{"<policy name>": "<policy uid>@<RFC 3339 time>"}` for BootstrapOnly completion.
 pub const BOOTSTRAPPED_ANNOTATION: &str = "nodetaint.io/bootstrapped";
+/// Node annotation: `{"<policy name>": "<RFC 3339 time>"}`, when each policy with
+/// `spec.eviction` started draining the node. Kept while the node carries that
+/// policy's taints, so `drainTimeout` and the per-zone pace survive a failover.
+pub const DRAIN_STARTED_ANNOTATION: &str = "nodetaint.io/drain-started";
+/// The label that names a node's zone for `spec.eviction`'s pacing and zone hold.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Pod annotation that counts as Ready for critical-pod checks.
 pub const POD_READY_ANNOTATION: &str = "nodetaint.io/ready";
 pub const FIELD_MANAGER: &str = "taint-operator";
@@ -77,7 +83,9 @@ pub const FIELD_MANAGER: &str = "taint-operator";
     validation = Rule::new("size(self.matchers) > 0 || has(self.readiness)")
         .message("at least one of spec.matchers or spec.readiness must be given"),
     validation = Rule::new("self.mode != 'BootstrapOnly' || has(self.readiness)")
-        .message("spec.readiness is required when spec.mode is BootstrapOnly")
+        .message("spec.readiness is required when spec.mode is BootstrapOnly"),
+    validation = Rule::new("!has(self.eviction) || self.taints.exists(t, t.effect == 'NoExecute')")
+        .message("spec.eviction applies to NoExecute taints only: declare one, or remove spec.eviction")
 )]
 pub struct TaintPolicySpec {
     /// Nodes this policy applies to; absent or empty selects every node.
@@ -113,6 +121,51 @@ pub struct TaintPolicySpec {
     #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|(100|[1-9]?[0-9])%)$')")
         .message("spec.maxTaintedNodes must be a non-negative integer or a percentage from 0% to 100%"))]
     pub max_tainted_nodes: Option<IntOrString>,
+
+    /// How this policy's NoExecute taints go on: NoSchedule first, pods evicted
+    /// through the Eviction API (PodDisruptionBudgets respected), the switch to
+    /// NoExecute paced per zone and held in a zone where too many nodes match.
+    /// Absent: NoExecute taints go on at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction: Option<Eviction>,
+}
+
+/// `spec.eviction`: the steps a NoExecute taint takes on a node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct Eviction {
+    /// Evict the pods that would not tolerate the taint through the Eviction API
+    /// before the switch, so PodDisruptionBudgets are honoured (default true).
+    /// DaemonSet, mirror and finished pods are left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub respect_disruption_budgets: Option<bool>,
+
+    /// After this long draining, the switch to NoExecute happens even with pods
+    /// still in the way, as a Go duration (`10m`). Absent: it waits as long as it
+    /// takes, the node NoSchedule meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('2562047h')")
+        .message("must be at most 2562047h, the longest Go duration"))]
+    pub drain_timeout: Option<String>,
+
+    /// Per zone (label `topology.kubernetes.io/zone`), at most this many nodes a
+    /// minute switch to NoExecute (and start draining), evenly spread. Absent: no pace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 6000))]
+    pub nodes_per_minute: Option<i32>,
+
+    /// When more than this share of a zone's selected nodes match the matchers (an
+    /// integer count, or a percentage such as "55%"), no node of that zone switches
+    /// to NoExecute until the share falls back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|(100|[1-9]?[0-9])%)$')")
+        .message("spec.eviction.pauseWhenZoneUnhealthy must be a non-negative integer or a percentage from 0% to 100%"))]
+    pub pause_when_zone_unhealthy: Option<IntOrString>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
@@ -282,6 +335,10 @@ pub struct TaintPolicyStatus {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub pending_nodes: i32,
+    /// Nodes between NoSchedule and NoExecute (see `spec.eviction`).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub draining_nodes: i32,
     /// Sorted, at most 100.
     #[serde(default)]
     pub tainted_node_names: Vec<String>,

@@ -44,7 +44,7 @@ use taint_operator_engine::{
     cluster_plan::{ClusterPlan, plan_cluster},
     decision::evaluate_node,
     labels::LabelMap,
-    node_plan::{UnknownPolicies, plan_node},
+    node_plan::{Gates, UnknownPolicies, plan_node},
     policy_set::PolicySet,
 };
 
@@ -1084,7 +1084,7 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>, clock: &str) {
     // worker that has taints to add and remove.
     let planned = |v: &NodeView| {
         let e = evaluate_node(&f.set, v, &f.index, now);
-        plan_node(&f.set, v, &e, &|_| true, UnknownPolicies::Keep, now)
+        plan_node(&f.set, v, &e, Gates::OPEN_CAPS, UnknownPolicies::Keep, now)
     };
     let steady = f
         .views
@@ -1112,7 +1112,14 @@ fn benches<M: Measurement + 'static>(c: &mut Criterion<M>, clock: &str) {
                 b.iter(|| {
                     let e =
                         evaluate_node(black_box(&f.set), black_box(view), black_box(&f.index), now);
-                    plan_node(&f.set, view, &e, &|_| true, UnknownPolicies::Keep, now)
+                    plan_node(
+                        &f.set,
+                        view,
+                        &e,
+                        Gates::OPEN_CAPS,
+                        UnknownPolicies::Keep,
+                        now,
+                    )
                 })
             },
         );

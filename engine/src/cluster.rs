@@ -10,12 +10,13 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use taint_operator_crd::{
-    BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION,
+    BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, MANAGED_TAINTS_ANNOTATION,
+    POD_READY_ANNOTATION,
 };
 
 use crate::{
     labels::{Labels, Sym, sym},
-    ownership::{Bootstrapped, ManagedTaints},
+    ownership::{Bootstrapped, DrainStarts, ManagedTaints},
     thin_str::ThinStr,
 };
 
@@ -36,6 +37,7 @@ pub struct NodeView {
     pub conditions: Vec<NodeCondition>,
     pub managed: ManagedTaints,
     pub bootstrapped: Bootstrapped,
+    pub drains: DrainStarts,
 }
 
 impl NodeView {
@@ -67,6 +69,7 @@ impl NodeView {
                 .unwrap_or_default(),
             managed: ManagedTaints::parse(annotation(MANAGED_TAINTS_ANNOTATION)),
             bootstrapped: Bootstrapped::parse(annotation(BOOTSTRAPPED_ANNOTATION)),
+            drains: DrainStarts::parse(annotation(DRAIN_STARTED_ANNOTATION)),
         }
     }
 

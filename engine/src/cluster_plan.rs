@@ -8,7 +8,11 @@ use k8s_openapi::jiff::Timestamp;
 use crate::{
     cluster::{NodeView, PodIndex},
     decision::{NodeFacts, Verdict},
-    node_plan::{Evaluated, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan},
+    drain,
+    drain_plan::ClusterDrains,
+    node_plan::{
+        Evaluated, Gates, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan,
+    },
     policy_set::PolicySet,
 };
 
@@ -17,7 +21,9 @@ pub enum Reason {
     Reconciled,
     InvalidSpec,
     Conflict,
+    ZoneUnhealthy,
     LimitReached,
+    Draining,
     DryRun,
     Progressing,
 }
@@ -28,7 +34,9 @@ impl Reason {
             Reason::Reconciled => "Reconciled",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::Conflict => "Conflict",
+            Reason::ZoneUnhealthy => "ZoneUnhealthy",
             Reason::LimitReached => "LimitReached",
+            Reason::Draining => "Draining",
             Reason::DryRun => "DryRun",
             Reason::Progressing => "Progressing",
         }
@@ -41,6 +49,8 @@ pub struct PolicySummary {
     pub selected_nodes: usize,
     pub tainted_nodes: usize,
     pub pending_nodes: usize,
+    /// Nodes between NoSchedule and NoExecute once the plan is applied.
+    pub draining_nodes: usize,
     /// Sorted, complete (status keeps the first 100).
     pub tainted_node_names: Vec<String>,
     pub ready: bool,
@@ -127,6 +137,7 @@ pub fn plan_cluster(
 }
 
 /// [`plan_cluster`] on views held elsewhere (the node cache's), without copying them.
+/// A drain waiting for evictions keeps waiting: nothing here knows the pods in the way.
 pub fn plan_cluster_refs(
     set: &PolicySet,
     nodes: &[&NodeView],
@@ -134,9 +145,24 @@ pub fn plan_cluster_refs(
     now: Timestamp,
     unknown: UnknownPolicies,
 ) -> ClusterPlan {
-    let plan = |node: &NodeView, eval: &dyn Evaluated, admit: &dyn Fn(usize) -> bool| {
-        plan_change(set, node, eval, admit, unknown, now)
+    plan_cluster_evicted(set, nodes, pods, now, unknown, &|_, _| false)
+}
+
+/// [`plan_cluster_refs`], where `evicted(node, policy)` says whether every pod in
+/// the way of the policy's drain of the node is gone (`plan --live` and `explain`
+/// list them).
+pub fn plan_cluster_evicted(
+    set: &PolicySet,
+    nodes: &[&NodeView],
+    pods: &PodIndex,
+    now: Timestamp,
+    unknown: UnknownPolicies,
+    evicted: &dyn Fn(&str, &str) -> bool,
+) -> ClusterPlan {
+    let plan = |node: &NodeView, eval: &dyn Evaluated, gates: Gates| {
+        plan_change(set, node, eval, gates, unknown, now)
     };
+    let mut drains = ClusterDrains::new(set, now);
     // Every policy's verdict on every node. The reason words are built only for what
     // a node's plan changes or notes: building them, and a `NodeEvaluation` per node,
     // for every node was much of what this cost.
@@ -158,7 +184,8 @@ pub fn plan_cluster_refs(
     // Each node is planned and counted right after its evaluation, while its data is
     // still in the cache: reading a node is most of what planning costs, and 5,000 of
     // them do not stay cached from one pass to the next. Only a node that asks a cap
-    // for room waits for the admissions, which need every node's verdicts.
+    // for room waits for the admissions, which need every node's verdicts, and a
+    // node at a drain step waits for its zone's health and pace.
     let mut plans: Vec<Option<NodePlan>> = Vec::with_capacity(nodes.len());
     let mut waiting = Vec::new();
     for (n, node) in nodes.iter().enumerate() {
@@ -175,7 +202,11 @@ pub fn plan_cluster_refs(
         for (i, tally) in tallies.iter_mut().enumerate() {
             tally.count(set, i, n, node, row[i], has_cap[i]);
         }
-        if (0..width).any(|i| asks_room(i, row[i], node)) {
+        let asks_drain = !drains.is_empty() && {
+            drains.observe(node, &row);
+            drains.asks(node, &row)
+        };
+        if asks_drain || (0..width).any(|i| asks_room(i, row[i], node)) {
             waiting.push(n);
             plans.push(None);
         } else {
@@ -184,26 +215,49 @@ pub fn plan_cluster_refs(
                 now,
                 verdicts: &row,
             };
-            let planned = plan(node, &eval, &|i| !has_cap[i]);
+            let gates = Gates {
+                admitted: &|i| !has_cap[i],
+                ..Gates::OPEN_CAPS
+            };
+            let planned = plan(node, &eval, gates);
             if let Some(planned) = &planned {
                 count_changes(set, planned, &mut tallies);
             }
+            count_drains(set, &drains, node, planned.as_ref(), &row, &mut tallies);
             plans.push(planned);
         }
         verdicts.extend_from_slice(&row);
     }
     let admitted = admit(set, nodes, |n, i| verdicts[n * width + i]);
     for n in waiting {
+        let node = nodes[n];
+        let row = &verdicts[n * width..(n + 1) * width];
         let admit = |i: usize| admitted[i].as_ref().is_none_or(|a| a.contains(&n));
-        let eval = Verdicts {
-            facts: &RefCell::new(NodeFacts::new(set, pods, nodes[n])),
-            now,
-            verdicts: &verdicts[n * width..(n + 1) * width],
+        let gate = |i: usize| {
+            drains
+                .gate(i, node, row[i], evicted(&node.name, &set.policies[i].name))
+                .gate
         };
-        plans[n] = plan(nodes[n], &eval, &admit);
+        let eval = Verdicts {
+            facts: &RefCell::new(NodeFacts::new(set, pods, node)),
+            now,
+            verdicts: row,
+        };
+        let gates = Gates {
+            admitted: &admit,
+            drain: &gate,
+        };
+        plans[n] = plan(node, &eval, gates);
         if let Some(planned) = &plans[n] {
             count_changes(set, planned, &mut tallies);
         }
+        count_drains(set, &drains, node, plans[n].as_ref(), row, &mut tallies);
+    }
+    if let Some(at) = drains.next_check() {
+        next_check = Some(next_check.map_or(at, |n| n.min(at)));
+    }
+    for &i in drains.evicting() {
+        tallies[i].held_zones = drains.held_zones(i);
     }
     let policies = tallies
         .into_iter()
@@ -217,6 +271,28 @@ pub fn plan_cluster_refs(
         changes: plans,
         policies,
         next_check,
+    }
+}
+
+/// Counts the node against every draining policy whose drain it is in once `plan`
+/// (none: nothing changes) is applied.
+fn count_drains(
+    set: &PolicySet,
+    drains: &ClusterDrains,
+    node: &NodeView,
+    plan: Option<&NodePlan>,
+    row: &[Verdict],
+    tallies: &mut [Tally],
+) {
+    for &i in drains.evicting() {
+        if !row[i].wants_taints() {
+            continue;
+        }
+        let step = match plan {
+            Some(p) => drain::step_of(set, i, &p.taints, &p.managed, &p.drains),
+            None => drain::step(set, i, node),
+        };
+        tallies[i].draining += usize::from(step.is_draining());
     }
 }
 
@@ -252,6 +328,10 @@ struct Tally {
     waiting: Vec<usize>,
     /// Plans that change one of the policy's taints.
     unconverged: usize,
+    /// Nodes between NoSchedule and NoExecute once the plan is applied.
+    draining: usize,
+    /// Zones where the policy holds its switches: `(zone, matched, selected)`.
+    held_zones: Vec<(String, usize, usize)>,
 }
 
 impl Tally {
@@ -313,6 +393,8 @@ fn summary(set: &PolicySet, i: usize, tally: Tally) -> PolicySummary {
         mut tainted_names,
         pending,
         unconverged,
+        draining,
+        held_zones,
         ..
     } = tally;
     tainted_names.sort();
@@ -331,12 +413,38 @@ fn summary(set: &PolicySet, i: usize, tally: Tally) -> PolicySummary {
             Reason::Conflict,
             format!("{}; {counts}", what.join("; ")),
         )
+    } else if !held_zones.is_empty() {
+        let zones: Vec<String> = held_zones
+            .iter()
+            .map(|(zone, matched, selected)| {
+                let zone = if zone.is_empty() {
+                    "(no zone label)"
+                } else {
+                    zone
+                };
+                format!("{zone}: {matched} of {selected} selected nodes match")
+            })
+            .collect();
+        (
+            false,
+            Reason::ZoneUnhealthy,
+            format!(
+                "no switch to NoExecute in unhealthy zone(s) {}; {counts}",
+                zones.join(", ")
+            ),
+        )
     } else if pending > 0 {
         let limit = p.tainted_limit(selected).unwrap_or(0);
         (
             false,
             Reason::LimitReached,
             format!("{pending} node(s) held back by maxTaintedNodes (limit {limit}); {counts}"),
+        )
+    } else if draining > 0 {
+        (
+            false,
+            Reason::Draining,
+            format!("{draining} node(s) draining, NoSchedule until NoExecute; {counts}"),
         )
     } else if p.dry_run {
         (
@@ -358,6 +466,7 @@ fn summary(set: &PolicySet, i: usize, tally: Tally) -> PolicySummary {
         selected_nodes: selected,
         tainted_nodes: tainted,
         pending_nodes: pending,
+        draining_nodes: draining,
         tainted_node_names: tainted_names,
         ready,
         reason,

@@ -10,7 +10,8 @@
 //! compiled TaintPolicy) → `policy_set` (all of them, conflicts resolved) →
 //! `decision` (what one policy wants on one node, and why) → `node_plan` (the
 //! taints and annotations one node should end with) → `cluster_plan` (every node,
-//! with the `maxTaintedNodes` cap and per-policy summaries).
+//! with the `maxTaintedNodes` cap and per-policy summaries). `drain` is how a
+//! policy with `spec.eviction` puts its NoExecute taints on in steps.
 //!
 //! `cluster` holds the node and pod views the rules read, `ownership` the two node
 //! annotations that record what the operator added, and `labels`, `short_str`,
@@ -19,6 +20,8 @@
 pub mod cluster;
 pub mod cluster_plan;
 pub mod decision;
+pub mod drain;
+pub mod drain_plan;
 pub mod duration;
 pub mod explain;
 pub mod labels;

@@ -13,7 +13,8 @@ use taint_operator_crd::{Mode, PolicyTaint, TaintEffect};
 use crate::{
     cluster::NodeView,
     decision::{NodeEvaluation, Verdict},
-    ownership::{Bootstrapped, ManagedTaints, split_taint_id},
+    drain::{self, DrainGate, DrainStep},
+    ownership::{Bootstrapped, DrainStarts, ManagedTaints, split_taint_id, taint_id},
     policy_set::PolicySet,
 };
 
@@ -33,6 +34,8 @@ pub struct TaintChange {
     pub effect: TaintEffect,
     pub policy: String,
     pub reason: String,
+    /// A drain's stand-in: the effect the taint takes once the drain allows it.
+    pub then: Option<TaintEffect>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +45,7 @@ pub struct NodePlan {
     pub taints: Vec<Taint>,
     pub managed: ManagedTaints,
     pub bootstrapped: Bootstrapped,
+    pub drains: DrainStarts,
     pub added: Vec<TaintChange>,
     pub removed: Vec<TaintChange>,
     /// `policy: why`, for what the plan leaves alone on purpose (foreign taint, cap).
@@ -50,6 +54,10 @@ pub struct NodePlan {
     pub completed: Vec<String>,
     /// Policies whose wanted taints `maxTaintedNodes` holds back here (also noted).
     pub held: Vec<String>,
+    /// Policies whose drain of the node this plan starts, and whose drain it ends
+    /// with the switch to NoExecute.
+    pub drain_started: Vec<String>,
+    pub drain_finished: Vec<String>,
 }
 
 impl NodePlan {
@@ -58,6 +66,7 @@ impl NodePlan {
         self.taints != node.taints
             || self.managed != node.managed
             || self.bootstrapped != node.bootstrapped
+            || self.drains != node.drains
     }
 
     /// `policy: reason` lines for every change and note, without repeats.
@@ -111,28 +120,59 @@ fn policy_reason(set: &PolicySet, eval: &dyn Evaluated, i: usize) -> String {
 /// node's next write, so it does not count (in a cap or a status) for this one.
 pub fn carries(set: &PolicySet, i: usize, node: &NodeView) -> bool {
     let p = &set.policies[i];
-    p.taints.iter().zip(&p.ids).any(|(t, id)| {
+    let owns = |key: &str, effect: &str, id: &str| {
         node.managed.owner(id) == Some(p.name.as_str())
             && set.owner_of(id).is_none_or(|owner| owner == i)
             && node
                 .taints
                 .iter()
-                .any(|n| n.key == t.key && n.effect == t.effect.as_str())
-    })
+                .any(|n| n.key == key && n.effect == effect)
+    };
+    p.taints
+        .iter()
+        .zip(&p.ids)
+        .any(|(t, id)| owns(&t.key, t.effect.as_str(), id))
+        // A drain's stand-in holds the node's place as the taint it stands in for.
+        || drain::drained_taints(set, i).any(|t| {
+            let id = drain::stand_in_id(&t.key);
+            owns(&t.key, TaintEffect::NoSchedule.as_str(), &id)
+        })
 }
 
-/// Plans one node. `admitted(i)` answers whether policy `i` may newly taint this node
-/// under its `maxTaintedNodes` cap; it is asked only for matcher-only wants on a node
-/// that does not carry the policy's taints yet.
+/// What a node's plan may do beyond what its evaluation says: the caps and the
+/// drains, which depend on other nodes (and, for drains, on the node's pods).
+#[derive(Clone, Copy)]
+pub struct Gates<'g> {
+    /// Whether policy `i` may newly taint this node under its `maxTaintedNodes` cap;
+    /// asked only for matcher-only wants on a node that does not carry the
+    /// policy's taints yet.
+    pub admitted: &'g dyn Fn(usize) -> bool,
+    /// How far policy `i`'s drain may go on this node now; asked only for policies
+    /// with `spec.eviction` that want their taints here.
+    pub drain: &'g dyn Fn(usize) -> DrainGate,
+}
+
+impl Gates<'_> {
+    /// Every cap admits; no drain starts or switches.
+    pub const OPEN_CAPS: Gates<'static> = Gates {
+        admitted: &|_| true,
+        drain: &|_| DrainGate {
+            start: false,
+            switch: false,
+        },
+    };
+}
+
+/// Plans one node.
 pub fn plan_node(
     set: &PolicySet,
     node: &NodeView,
     eval: &NodeEvaluation,
-    admitted: &dyn Fn(usize) -> bool,
+    gates: Gates,
     unknown: UnknownPolicies,
     now: Timestamp,
 ) -> NodePlan {
-    draft(set, node, eval, admitted, unknown, now).into_plan()
+    draft(set, node, eval, gates, unknown, now).into_plan()
 }
 
 /// [`plan_node`] from any [`Evaluated`] (a full evaluation passes verdicts and builds
@@ -143,11 +183,11 @@ pub fn plan_change(
     set: &PolicySet,
     node: &NodeView,
     eval: &dyn Evaluated,
-    admitted: &dyn Fn(usize) -> bool,
+    gates: Gates,
     unknown: UnknownPolicies,
     now: Timestamp,
 ) -> Option<NodePlan> {
-    let draft = draft(set, node, eval, admitted, unknown, now);
+    let draft = draft(set, node, eval, gates, unknown, now);
     (!draft.unchanged()).then(|| draft.into_plan())
 }
 
@@ -158,11 +198,14 @@ pub fn unchanged_plan(node: &NodeView) -> NodePlan {
         taints: node.taints.clone(),
         managed: node.managed.clone(),
         bootstrapped: node.bootstrapped.clone(),
+        drains: node.drains.clone(),
         added: Vec::new(),
         removed: Vec::new(),
         notes: Vec::new(),
         completed: Vec::new(),
         held: Vec::new(),
+        drain_started: Vec::new(),
+        drain_finished: Vec::new(),
     }
 }
 
@@ -173,11 +216,14 @@ struct Draft<'a> {
     taints: Cow<'a, [Taint]>,
     managed: Cow<'a, ManagedTaints>,
     bootstrapped: Cow<'a, Bootstrapped>,
+    drains: Cow<'a, DrainStarts>,
     added: Vec<TaintChange>,
     removed: Vec<TaintChange>,
     notes: Vec<String>,
     completed: Vec<String>,
     held: Vec<String>,
+    drain_started: Vec<String>,
+    drain_finished: Vec<String>,
 }
 
 impl Draft<'_> {
@@ -185,6 +231,7 @@ impl Draft<'_> {
         matches!(self.taints, Cow::Borrowed(_))
             && matches!(self.managed, Cow::Borrowed(_))
             && matches!(self.bootstrapped, Cow::Borrowed(_))
+            && matches!(self.drains, Cow::Borrowed(_))
             && self.added.is_empty()
             && self.removed.is_empty()
             && self.notes.is_empty()
@@ -197,11 +244,14 @@ impl Draft<'_> {
             taints: self.taints.into_owned(),
             managed: self.managed.into_owned(),
             bootstrapped: self.bootstrapped.into_owned(),
+            drains: self.drains.into_owned(),
             added: self.added,
             removed: self.removed,
             notes: self.notes,
             completed: self.completed,
             held: self.held,
+            drain_started: self.drain_started,
+            drain_finished: self.drain_finished,
         }
     }
 }
@@ -219,7 +269,7 @@ fn draft<'a>(
     set: &PolicySet,
     node: &'a NodeView,
     eval: &dyn Evaluated,
-    admitted: &dyn Fn(usize) -> bool,
+    gates: Gates,
     unknown: UnknownPolicies,
     now: Timestamp,
 ) -> Draft<'a> {
@@ -228,11 +278,14 @@ fn draft<'a>(
         taints: Cow::Borrowed(&node.taints),
         managed: Cow::Borrowed(&node.managed),
         bootstrapped: Cow::Borrowed(&node.bootstrapped),
+        drains: Cow::Borrowed(&node.drains),
         added: Vec::new(),
         removed: Vec::new(),
         notes: Vec::new(),
         completed: Vec::new(),
         held: Vec::new(),
+        drain_started: Vec::new(),
+        drain_finished: Vec::new(),
     };
     // An entry whose taint is gone (someone removed it by hand) owns nothing; keeping
     // it would make the operator adopt, and later remove, a taint someone else adds
@@ -254,7 +307,7 @@ fn draft<'a>(
         }
         let v = eval.verdict(i);
         wants[i] = v.wants_taints();
-        if wants[i] && v.capped() && !carries(set, i, node) && !admitted(i) {
+        if wants[i] && v.capped() && !carries(set, i, node) && !(gates.admitted)(i) {
             wants[i] = false;
             plan.notes.push(format!(
                 "{}: held back by maxTaintedNodes ({})",
@@ -265,13 +318,25 @@ fn draft<'a>(
         }
     }
 
+    // Policies with `spec.eviction` put their NoExecute taints on in steps.
+    let mut stand_ins = Vec::new();
+    for (i, &wanted) in wants.iter().enumerate() {
+        if set.policies[i].is_active() {
+            plan_drain(&mut plan, set, eval, i, wanted, gates, now, &mut stand_ins);
+        }
+    }
+
     // Each taint an active policy owns, in id order: present if wanted, else removed if owned.
     for o in set.owned() {
         let id = o.id.as_str();
         let reason = || policy_reason(set, eval, o.policy);
+        let taint = &set.policies[o.policy].taints[o.taint];
         if wants[o.policy] {
-            let taint = &set.policies[o.policy].taints[o.taint];
-            apply_present(&mut plan, set, id, taint, o.policy, reason, now);
+            // A drained taint was put on (or not yet) by its drain above.
+            if taint.effect == TaintEffect::NoExecute && drain::rules_of(set, o.policy).is_some() {
+                continue;
+            }
+            apply_present(&mut plan, set, id, taint, o.policy, reason, now, None);
         } else if plan.managed.owner(id).is_some() {
             remove_owned(&mut plan, id, &set.policies[o.policy].name, reason);
             plan.managed.to_mut().0.remove(id);
@@ -284,8 +349,9 @@ fn draft<'a>(
         .managed
         .0
         .iter()
-        // An id some live policy owns was handled above (or is frozen by its inactive owner).
-        .filter(|(id, _)| set.owner_of(id).is_none())
+        // An id some live policy owns was handled above (or is frozen by its inactive
+        // owner), and so was a drain's stand-in.
+        .filter(|(id, _)| set.owner_of(id).is_none() && !stand_ins.contains(*id))
         .map(|(id, owner)| (id.clone(), owner.clone()))
         .collect();
     for (id, owner) in orphans {
@@ -319,9 +385,91 @@ fn draft<'a>(
     if !plan.bootstrapped.0.iter().all(|(name, _)| keep(name)) {
         plan.bootstrapped.to_mut().0.retain(|name, _| keep(name));
     }
+    // A drain's start is kept while its policy keeps the taints on the node.
+    let keep_drain = |name: &str| match set.index_of(name) {
+        Some(j) if set.policies[j].deleting => false,
+        Some(j) if !set.policies[j].is_active() => true,
+        Some(j) => wants[j] && drain::drained_taints(set, j).next().is_some(),
+        None => unknown == UnknownPolicies::Keep,
+    };
+    let dropped: Vec<String> = plan
+        .drains
+        .iter()
+        .filter(|(name, _)| !keep_drain(name))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    for name in dropped {
+        plan.drains.to_mut().remove(&name);
+    }
     plan
 }
 
+/// Policy `i`'s drain on the node, when it has `spec.eviction`: the stand-ins
+/// while the drain runs, the switch to NoExecute when the gate opens, and nothing
+/// of either when the node no longer wants the taints. Records in `stand_ins`
+/// the stand-in ids it decided on, so the orphan pass leaves them alone.
+#[allow(clippy::too_many_arguments)]
+fn plan_drain(
+    plan: &mut Draft,
+    set: &PolicySet,
+    eval: &dyn Evaluated,
+    i: usize,
+    wants: bool,
+    gates: Gates,
+    now: Timestamp,
+    stand_ins: &mut Vec<String>,
+) {
+    let drained: Vec<_> = drain::drained_taints(set, i).collect();
+    if drained.is_empty() {
+        return;
+    }
+    let name = set.policies[i].name.as_str();
+    let step = drain::step(set, i, plan.node);
+    let gate = if wants && step != DrainStep::Switched {
+        (gates.drain)(i)
+    } else {
+        DrainGate::default()
+    };
+    let switch = wants
+        && (step == DrainStep::Switched
+            || (matches!(step, DrainStep::Draining { .. }) && gate.switch));
+    for t in &drained {
+        let stand_in_id = drain::stand_in_id(&t.key);
+        stand_ins.push(stand_in_id.clone());
+        if switch {
+            let id = taint_id(&t.key, TaintEffect::NoExecute.as_str());
+            let reason = || policy_reason(set, eval, i);
+            apply_present(plan, set, &id, t, i, reason, now, None);
+        }
+        // A stand-in another policy (or this one) declares is that declaration's business.
+        if set.owner_of(&stand_in_id).is_some() {
+            continue;
+        }
+        if wants && !switch {
+            let reason = || policy_reason(set, eval, i);
+            let stand_in = drain::stand_in(t);
+            let then = Some(TaintEffect::NoExecute);
+            apply_present(plan, set, &stand_in_id, &stand_in, i, reason, now, then);
+        } else if plan.managed.owner(&stand_in_id) == Some(name) {
+            let why = if switch {
+                "switched to NoExecute".to_string()
+            } else {
+                format!("drain stopped: {}", policy_reason(set, eval, i))
+            };
+            remove_owned(plan, &stand_in_id, name, || why);
+            plan.managed.to_mut().0.remove(&stand_in_id);
+        }
+    }
+    if switch && step != DrainStep::Switched {
+        plan.drain_finished.push(name.to_string());
+    }
+    if wants && !switch && gate.start && matches!(step, DrainStep::Idle | DrainStep::Waiting) {
+        plan.drains.to_mut().record(name, now);
+        plan.drain_started.push(name.to_string());
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn apply_present(
     plan: &mut Draft,
     set: &PolicySet,
@@ -330,6 +478,7 @@ fn apply_present(
     policy: usize,
     reason: impl FnOnce() -> String,
     now: Timestamp,
+    then: Option<TaintEffect>,
 ) {
     let name = &set.policies[policy].name;
     let existing = plan
@@ -348,8 +497,12 @@ fn apply_present(
         (Some(i), true) => {
             if plan.taints[i].value != t.value {
                 plan.taints.to_mut()[i] = new_taint(t, now);
-                plan.added
-                    .push(change(t, name, format!("{} (value changed)", reason())));
+                plan.added.push(change(
+                    t,
+                    name,
+                    format!("{} (value changed)", reason()),
+                    then,
+                ));
             }
             if plan.managed.owner(id) != Some(name.as_str()) {
                 plan.managed.to_mut().0.insert(id.to_string(), name.clone());
@@ -357,7 +510,7 @@ fn apply_present(
         }
         (None, _) => {
             plan.taints.to_mut().push(new_taint(t, now));
-            plan.added.push(change(t, name, reason()));
+            plan.added.push(change(t, name, reason(), then));
             plan.managed.to_mut().0.insert(id.to_string(), name.clone());
         }
     }
@@ -379,6 +532,7 @@ fn remove_owned(plan: &mut Draft, id: &str, policy: &str, reason: impl FnOnce() 
             effect,
             policy: policy.to_string(),
             reason: reason(),
+            then: None,
         });
     }
 }
@@ -394,12 +548,13 @@ fn new_taint(t: &PolicyTaint, now: Timestamp) -> Taint {
     }
 }
 
-fn change(t: &PolicyTaint, policy: &str, reason: String) -> TaintChange {
+fn change(t: &PolicyTaint, policy: &str, reason: String, then: Option<TaintEffect>) -> TaintChange {
     TaintChange {
         key: t.key.clone(),
         value: t.value.clone(),
         effect: t.effect,
         policy: policy.to_string(),
         reason,
+        then,
     }
 }

@@ -4,6 +4,8 @@
 //! operator added. Only these may ever be removed or changed by it.
 //! `nodetaint.io/bootstrapped`: `{"<policy>": "<uid>@<RFC 3339>"}` — BootstrapOnly
 //! completions, valid only for the policy uid they name.
+//! `nodetaint.io/drain-started`: `{"<policy>": "<RFC 3339>"}` — when a policy with
+//! `spec.eviction` started draining the node (see `drain`).
 
 use std::collections::BTreeMap;
 
@@ -158,6 +160,73 @@ impl Bootstrapped {
     }
 }
 
+/// Policy name → when its drain of the node started, sorted by policy name. Kept
+/// while the node carries the policy's taints: `drainTimeout` counts from it and
+/// the per-zone pace reads it, on whichever replica leads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainStarts(Vec<(Sym, Timestamp)>);
+
+impl DrainStarts {
+    /// Entries that do not read as a time are dropped: a drain without a start
+    /// starts again, which only delays the switch.
+    pub fn parse(annotation: Option<&str>) -> Self {
+        let raw: BTreeMap<String, String> = annotation
+            .and_then(|a| serde_json::from_str(a).ok())
+            .unwrap_or_default();
+        DrainStarts(
+            raw.into_iter()
+                .filter_map(|(policy, at)| Some((sym(&policy), at.parse().ok()?)))
+                .collect(),
+        )
+    }
+
+    /// True when the annotation is what the operator writes: policy → RFC 3339 time.
+    pub fn well_formed(annotation: &str) -> bool {
+        serde_json::from_str::<BTreeMap<String, String>>(annotation)
+            .is_ok_and(|m| m.values().all(|v| v.parse::<Timestamp>().is_ok()))
+    }
+
+    pub fn to_annotation(&self) -> Option<String> {
+        let raw: BTreeMap<&str, String> = self
+            .0
+            .iter()
+            .map(|(p, at)| (&**p, at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()))
+            .collect();
+        (!raw.is_empty()).then(|| serde_json::to_string(&raw).expect("a string map serializes"))
+    }
+
+    pub fn started(&self, policy: &str) -> Option<Timestamp> {
+        self.position(policy).ok().map(|i| self.0[i].1)
+    }
+
+    /// Records that `policy` started draining at `at` (whole seconds, as written).
+    pub fn record(&mut self, policy: &str, at: Timestamp) {
+        let at = at.round(k8s_openapi::jiff::Unit::Second).unwrap_or(at);
+        match self.position(policy) {
+            Ok(i) => self.0[i].1 = at,
+            Err(i) => self.0.insert(i, (sym(policy), at)),
+        }
+    }
+
+    pub fn remove(&mut self, policy: &str) {
+        if let Ok(i) = self.position(policy) {
+            self.0.remove(i);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Timestamp)> {
+        self.0.iter().map(|(p, at)| (&**p, *at))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn position(&self, policy: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(p, _)| (**p).cmp(policy))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +285,26 @@ mod tests {
                 r#"{"a":"uid-7@2026-11-20T12:00:00Z","p":"uid-1@2026-11-20T10:00:00Z","q":"uid-9@2026-11-20T12:00:00Z"}"#
             )
         );
+    }
+
+    #[test]
+    fn drain_starts_round_trip_in_whole_seconds_and_drop_what_is_not_a_time() {
+        let mut d = DrainStarts::parse(Some(r#"{"p":"2026-11-20T12:00:00Z","bad":"yesterday"}"#));
+        assert_eq!(
+            d.started("p"),
+            Some("2026-11-20T12:00:00Z".parse().unwrap())
+        );
+        assert_eq!(d.started("bad"), None);
+        d.record("a", "2026-11-20T12:00:01.6Z".parse().unwrap());
+        assert_eq!(
+            d.to_annotation().as_deref(),
+            Some(r#"{"a":"2026-11-20T12:00:02Z","p":"2026-11-20T12:00:00Z"}"#)
+        );
+        d.remove("a");
+        d.remove("p");
+        assert!(d.is_empty() && d.to_annotation().is_none());
+        assert!(DrainStarts::well_formed(r#"{"p":"2026-11-20T12:00:00Z"}"#));
+        assert!(!DrainStarts::well_formed(r#"{"p":"soon"}"#));
     }
 
     #[test]

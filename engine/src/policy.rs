@@ -10,6 +10,7 @@ use regex::Regex;
 use taint_operator_crd::{Mode, PolicyTaint, TaintPolicy};
 
 use crate::{
+    drain::EvictionRules,
     duration::parse_go_duration,
     ownership::taint_id,
     selector::{Selector, selector_string},
@@ -98,6 +99,8 @@ pub struct Rules {
     pub matchers: Vec<Vec<CompiledCondition>>,
     pub readiness: Option<Readiness>,
     pub max_tainted_nodes: Option<IntOrString>,
+    /// `spec.eviction`: NoExecute taints go on in steps (see `drain`).
+    pub eviction: Option<EvictionRules>,
 }
 
 #[derive(Debug, Clone)]
@@ -256,11 +259,17 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
             message: "at least one of spec.matchers or spec.readiness must be given".into(),
         });
     }
+    let eviction = spec
+        .eviction
+        .as_ref()
+        .map(EvictionRules::compile)
+        .transpose()?;
     Ok(Rules {
         node_selector: Selector::new(spec.node_selector.as_ref()),
         matchers,
         readiness,
         max_tainted_nodes: spec.max_tainted_nodes.clone(),
+        eviction,
     })
 }
 

@@ -319,10 +319,14 @@ struct Report {
 }
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct NodeReport {
     name: String,
     add: Vec<AddReport>,
     remove: Vec<RemoveReport>,
+    /// Policies whose drain of the node starts (evictions begin): `spec.eviction`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    drains_started: Vec<String>,
     reasons: Vec<String>,
 }
 
@@ -333,6 +337,9 @@ struct AddReport {
     value: Option<String>,
     effect: String,
     policy: String,
+    /// A drain's stand-in: the effect the taint switches to once drained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    then: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -349,6 +356,7 @@ struct PolicyReport {
     selected_nodes: usize,
     tainted_nodes: usize,
     pending_nodes: usize,
+    draining_nodes: usize,
     ready: bool,
     reason: String,
     message: String,
@@ -360,7 +368,7 @@ impl Report {
             .changes
             .iter()
             .flatten()
-            .filter(|n| !n.added.is_empty() || !n.removed.is_empty())
+            .filter(|n| !n.added.is_empty() || !n.removed.is_empty() || !n.drain_started.is_empty())
             .map(|n| NodeReport {
                 name: n.node.clone(),
                 add: n
@@ -371,8 +379,10 @@ impl Report {
                         value: c.value.clone(),
                         effect: c.effect.as_str().into(),
                         policy: c.policy.clone(),
+                        then: c.then.map(|e| e.as_str().to_string()),
                     })
                     .collect(),
+                drains_started: n.drain_started.clone(),
                 remove: n
                     .removed
                     .iter()
@@ -394,6 +404,7 @@ impl Report {
                 selected_nodes: p.selected_nodes,
                 tainted_nodes: p.tainted_nodes,
                 pending_nodes: p.pending_nodes,
+                draining_nodes: p.draining_nodes,
                 ready: p.ready,
                 reason: p.reason.as_str().into(),
                 message: p.message.clone(),
@@ -411,10 +422,13 @@ impl Report {
         ]];
         for n in &self.nodes {
             for a in &n.add {
-                let taint = match &a.value {
+                let mut taint = match &a.value {
                     Some(v) => format!("{}={}:{}", a.key, v, a.effect),
                     None => format!("{}:{}", a.key, a.effect),
                 };
+                if let Some(then) = &a.then {
+                    let _ = write!(taint, " (then {then})");
+                }
                 rows.push([n.name.clone(), "add".into(), taint, a.policy.clone()]);
             }
             for r in &n.remove {
@@ -423,6 +437,14 @@ impl Report {
                     "remove".into(),
                     format!("{}:{}", r.key, r.effect),
                     r.policy.clone(),
+                ]);
+            }
+            for p in &n.drains_started {
+                rows.push([
+                    n.name.clone(),
+                    "drain".into(),
+                    "(evictions start)".into(),
+                    p.clone(),
                 ]);
             }
         }
@@ -443,6 +465,7 @@ impl Report {
             "SELECTED".into(),
             "TAINTED".into(),
             "PENDING".into(),
+            "DRAINING".into(),
             "READY".into(),
             "REASON".into(),
             "MESSAGE".into(),
@@ -453,6 +476,7 @@ impl Report {
                 p.selected_nodes.to_string(),
                 p.tainted_nodes.to_string(),
                 p.pending_nodes.to_string(),
+                p.draining_nodes.to_string(),
                 if p.ready {
                     "True".into()
                 } else {

@@ -1,5 +1,5 @@
 //! The operator's modules import in one direction only: commands → serving and
-//! leadership → controller → caches → leaves (telemetry, memory), and no module
+//! leadership → controller → drains → caches → leaves (telemetry, memory), and no module
 //! imports one that imports it back, however indirectly. (The engine is a crate of
 //! its own, so the compiler already keeps it below all of these.)
 //!
@@ -16,10 +16,11 @@ use std::{
 fn layer(module: &str) -> (u8, &'static str) {
     let room = module.split("::").next().unwrap_or_default();
     match room {
-        "run" | "plan" | "explain" | "live" => (4, "commands"),
-        "serve" => (3, "serve"),
-        "leader" => (3, "leader"),
-        "controller" => (2, "controller"),
+        "run" | "plan" | "explain" | "live" => (5, "commands"),
+        "serve" => (4, "serve"),
+        "leader" => (4, "leader"),
+        "controller" => (3, "controller"),
+        "drain" => (2, "drain"),
         "cache" => (1, "cache"),
         "telemetry" => (0, "telemetry"),
         "memory" => (0, "memory"),

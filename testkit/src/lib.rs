@@ -18,18 +18,19 @@ use std::collections::BTreeMap;
 use k8s_openapi::{
     api::core::v1::{
         Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, Taint,
+        Toleration,
     },
     apimachinery::pkg::{
-        apis::meta::v1::{ObjectMeta, Time},
+        apis::meta::v1::{ObjectMeta, OwnerReference, Time},
         util::intstr::IntOrString,
     },
     jiff::{SignedDuration, Timestamp},
 };
 use taint_operator_crd::{
-    BOOTSTRAPPED_ANNOTATION, ConditionMatcher, CriticalPod, FINALIZER, LabelSelector,
-    LabelSelectorRequirement, MANAGED_TAINTS_ANNOTATION, Matcher, Mode, POD_READY_ANNOTATION,
-    PolicyTaint, Readiness, ReadinessCondition, SelectorOperator, TaintEffect, TaintPolicy,
-    TaintPolicySpec, TaintPolicyStatus,
+    BOOTSTRAPPED_ANNOTATION, ConditionMatcher, CriticalPod, DRAIN_STARTED_ANNOTATION, Eviction,
+    FINALIZER, LabelSelector, LabelSelectorRequirement, MANAGED_TAINTS_ANNOTATION, Matcher, Mode,
+    POD_READY_ANNOTATION, PolicyTaint, Readiness, ReadinessCondition, SelectorOperator,
+    TaintEffect, TaintPolicy, TaintPolicySpec, TaintPolicyStatus, ZONE_LABEL,
 };
 
 pub use taint_operator_crd::TaintEffect::{NoExecute, NoSchedule, PreferNoSchedule};
@@ -149,6 +150,7 @@ pub fn policy(name: &str) -> PolicyBuilder {
                 mode: Mode::Continuous,
                 dry_run: false,
                 max_tainted_nodes: None,
+                eviction: None,
             },
             status: None,
         },
@@ -283,6 +285,13 @@ impl PolicyBuilder {
     /// `"30%"` or another string form of `maxTaintedNodes`.
     pub fn max_tainted_str(mut self, cap: &str) -> Self {
         self.policy.spec.max_tainted_nodes = Some(IntOrString::String(cap.into()));
+        self
+    }
+
+    /// `spec.eviction`, from its JSON form (`{"nodesPerMinute": 6}`).
+    pub fn eviction(mut self, eviction: serde_json::Value) -> Self {
+        self.policy.spec.eviction =
+            Some(serde_json::from_value::<Eviction>(eviction).expect("a valid spec.eviction"));
         self
     }
 
@@ -494,6 +503,19 @@ impl NodeBuilder {
         self
     }
 
+    /// A drain-started entry `policy` → `at`.
+    pub fn drain_started(mut self, policy: &str, at: &str) -> Self {
+        let mut map = self.json_annotation(DRAIN_STARTED_ANNOTATION);
+        map.insert(policy.into(), at.into());
+        self.set_json_annotation(DRAIN_STARTED_ANNOTATION, &map);
+        self
+    }
+
+    /// The `topology.kubernetes.io/zone` label.
+    pub fn zone(self, zone: &str) -> Self {
+        self.label(ZONE_LABEL, zone)
+    }
+
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
         self.node
             .metadata
@@ -625,6 +647,61 @@ impl PodBuilder {
 
     pub fn phase(mut self, phase: &str) -> Self {
         self.pod.status.get_or_insert_with(PodStatus::default).phase = Some(phase.into());
+        self
+    }
+
+    /// Controlled by an object of `kind` (`DaemonSet`, `ReplicaSet`, ...) named `name`.
+    pub fn owned_by(mut self, kind: &str, name: &str) -> Self {
+        let api_version = match kind {
+            "DaemonSet" | "ReplicaSet" | "StatefulSet" | "Deployment" => "apps/v1",
+            "Job" => "batch/v1",
+            _ => "v1",
+        };
+        self.pod
+            .metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            });
+        self
+    }
+
+    /// A static pod's mirror, as the kubelet marks it.
+    pub fn mirror(mut self) -> Self {
+        self.pod
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert("kubernetes.io/config.mirror".into(), "hash".into());
+        self
+    }
+
+    /// A toleration: `Exists` for `key` (every key when empty) and `effect` (every
+    /// effect when None), for `seconds` if given.
+    pub fn tolerate(
+        mut self,
+        key: &str,
+        effect: Option<TaintEffect>,
+        seconds: Option<i64>,
+    ) -> Self {
+        self.pod
+            .spec
+            .get_or_insert_with(PodSpec::default)
+            .tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                key: (!key.is_empty()).then(|| key.to_string()),
+                operator: Some("Exists".into()),
+                value: None,
+                effect: effect.map(|e| e.as_str().to_string()),
+                toleration_seconds: seconds,
+            });
         self
     }
 

@@ -61,6 +61,7 @@ NON_DEFAULT: dict[str, Any] = {
 EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     {
         "apiGroups": ["nodetaint.io"],
         "resources": ["taintpolicies"],

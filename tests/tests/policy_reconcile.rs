@@ -482,6 +482,7 @@ async fn status_is_patched_exactly_once_and_not_again_when_equal() {
         "selectedNodes": 3,
         "taintedNodes": 2,
         "pendingNodes": 0,
+        "drainingNodes": 0,
         "taintedNodeNames": ["alpha", "zeta"],
         "conditions": [{
             "type": "Ready",
@@ -590,6 +591,7 @@ async fn last_transition_time_moves_only_when_ready_changes() {
         selected_nodes: 1,
         tainted_nodes: 1,
         pending_nodes: 0,
+        draining_nodes: 0,
         tainted_node_names: vec!["alpha".into()],
         conditions: vec![ready_condition(
             "True",
@@ -611,6 +613,7 @@ async fn last_transition_time_moves_only_when_ready_changes() {
         "selectedNodes": 2,
         "taintedNodes": 1,
         "pendingNodes": 0,
+        "drainingNodes": 0,
         "taintedNodeNames": ["alpha"],
         "conditions": [{
             "type": "Ready",
@@ -628,6 +631,7 @@ async fn last_transition_time_moves_only_when_ready_changes() {
         "selectedNodes": 2,
         "taintedNodes": 2,
         "pendingNodes": 0,
+        "drainingNodes": 0,
         "taintedNodeNames": ["alpha", "beta"],
         "conditions": [{
             "type": "Ready",
@@ -695,6 +699,7 @@ async fn a_dry_run_touches_no_node_and_reports_what_it_would_do() {
                         "selectedNodes": 2,
                         "taintedNodes": 1,
                         "pendingNodes": 0,
+                        "drainingNodes": 0,
                         "taintedNodeNames": ["n1"],
                         "conditions": [{
                             "type": "Ready",
@@ -756,6 +761,7 @@ async fn an_invalid_regex_changes_no_node_and_says_which_field() {
         "selectedNodes": 0,
         "taintedNodes": 0,
         "pendingNodes": 0,
+        "drainingNodes": 0,
         "taintedNodeNames": [],
         "conditions": [{
             "type": "Ready",
@@ -829,6 +835,7 @@ async fn the_newer_of_two_policies_declaring_a_taint_reports_a_conflict() {
                     "selectedNodes": 1,
                     "taintedNodes": 0,
                     "pendingNodes": 0,
+                    "drainingNodes": 0,
                     "taintedNodeNames": [],
                     "conditions": [{
                         "type": "Ready", "status": "True", "reason": "Reconciled",
@@ -848,6 +855,7 @@ async fn the_newer_of_two_policies_declaring_a_taint_reports_a_conflict() {
                     "selectedNodes": 1,
                     "taintedNodes": 0,
                     "pendingNodes": 0,
+                    "drainingNodes": 0,
                     "taintedNodeNames": [],
                     "conditions": [{
                         "type": "Ready", "status": "False", "reason": "Conflict",
@@ -912,6 +920,7 @@ async fn a_node_held_back_by_max_tainted_nodes_is_reported_pending() {
                     "selectedNodes": 2,
                     "taintedNodes": 1,
                     "pendingNodes": 1,
+                    "drainingNodes": 0,
                     "taintedNodeNames": ["n1"],
                     "conditions": [{
                         "type": "Ready", "status": "False", "reason": "LimitReached",

@@ -11,10 +11,12 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, TaintPolicy};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, TaintPolicy,
+};
 use taint_operator_engine::{
     cluster::{NodeView, PodIndex},
-    cluster_plan::{PolicySummary, plan_cluster},
+    cluster_plan::{PolicySummary, plan_cluster_evicted},
     node_plan::{NodePlan, UnknownPolicies},
     policy_set::PolicySet,
 };
@@ -49,6 +51,7 @@ pub fn apply_plan(node: &Node, plan: &NodePlan) -> Node {
     for (key, value) in [
         (MANAGED_TAINTS_ANNOTATION, plan.managed.to_annotation()),
         (BOOTSTRAPPED_ANNOTATION, plan.bootstrapped.to_annotation()),
+        (DRAIN_STARTED_ANNOTATION, plan.drains.to_annotation()),
     ] {
         match value {
             Some(v) => {
@@ -117,6 +120,18 @@ impl World {
             &PodIndex::from_pods(&self.pods),
             at,
             unknown,
+        )
+    }
+
+    /// Plans at `at`; `evicted` says whether the pods in the way of every drain are gone.
+    pub fn plan_evicted(&self, at: Timestamp, evicted: bool) -> Planned {
+        plan_all_evicted(
+            &self.set(),
+            &self.views(),
+            &PodIndex::from_pods(&self.pods),
+            at,
+            UnknownPolicies::Remove,
+            &|_, _| evicted,
         )
     }
 
@@ -190,7 +205,20 @@ pub fn plan_all(
     at: Timestamp,
     unknown: UnknownPolicies,
 ) -> Planned {
-    let plan = plan_cluster(set, views, index, at, unknown);
+    plan_all_evicted(set, views, index, at, unknown, &|_, _| false)
+}
+
+/// [`plan_all`], with `evicted(node, policy)` for the drains.
+pub fn plan_all_evicted(
+    set: &taint_operator_engine::policy_set::PolicySet,
+    views: &[NodeView],
+    index: &PodIndex,
+    at: Timestamp,
+    unknown: UnknownPolicies,
+    evicted: &dyn Fn(&str, &str) -> bool,
+) -> Planned {
+    let refs: Vec<&NodeView> = views.iter().collect();
+    let plan = plan_cluster_evicted(set, &refs, index, at, unknown, evicted);
     let nodes = plan.node_plans(views);
     for ((view, np), change) in views.iter().zip(&nodes).zip(&plan.changes) {
         let quiet = !np.changes(view)

@@ -15,12 +15,14 @@ use k8s_openapi::{
 };
 use kube::{Resource, core::ClusterResourceScope};
 use serde::{Deserialize, Deserializer};
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, MANAGED_TAINTS_ANNOTATION,
+};
 
 use engine::{
     cluster::{NodeCondition, NodeView},
     labels::{Labels, sym},
-    ownership::{Bootstrapped, ManagedTaints},
+    ownership::{Bootstrapped, DrainStarts, ManagedTaints},
 };
 
 /// A node as the node cache keeps it.
@@ -33,7 +35,7 @@ pub struct CachedNode {
     pub annotations: OurAnnotations,
 }
 
-/// The operator's two annotations as the node has them, verbatim: the writer
+/// The operator's three annotations as the node has them, verbatim: the writer
 /// compares them with what it would write. `any` says whether the node has an
 /// annotation map at all, which decides how the writer adds one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,6 +43,7 @@ pub struct OurAnnotations {
     pub any: bool,
     pub managed: Option<Box<str>>,
     pub bootstrapped: Option<Box<str>>,
+    pub drain_started: Option<Box<str>>,
 }
 
 impl OurAnnotations {
@@ -48,6 +51,7 @@ impl OurAnnotations {
         match key {
             MANAGED_TAINTS_ANNOTATION => self.managed.as_deref(),
             BOOTSTRAPPED_ANNOTATION => self.bootstrapped.as_deref(),
+            DRAIN_STARTED_ANNOTATION => self.drain_started.as_deref(),
             _ => None,
         }
     }
@@ -60,6 +64,7 @@ impl OurAnnotations {
         OurAnnotations {
             managed: take(MANAGED_TAINTS_ANNOTATION),
             bootstrapped: take(BOOTSTRAPPED_ANNOTATION),
+            drain_started: take(DRAIN_STARTED_ANNOTATION),
             any: true,
         }
     }
@@ -99,6 +104,7 @@ impl CachedNode {
                 any: node.metadata.annotations.is_some(),
                 managed: annotations(MANAGED_TAINTS_ANNOTATION),
                 bootstrapped: annotations(BOOTSTRAPPED_ANNOTATION),
+                drain_started: annotations(DRAIN_STARTED_ANNOTATION),
             },
         }
     }
@@ -166,6 +172,7 @@ impl<'de> Deserialize<'de> for CachedNode {
                 .collect(),
             managed: ManagedTaints::parse(annotations.managed.as_deref()),
             bootstrapped: Bootstrapped::parse(annotations.bootstrapped.as_deref()),
+            drains: DrainStarts::parse(annotations.drain_started.as_deref()),
         };
         Ok(CachedNode {
             meta: ObjectMeta {
@@ -221,7 +228,8 @@ mod tests {
                 "annotations": {
                     "node.alpha.kubernetes.io/ttl": "0",
                     MANAGED_TAINTS_ANNOTATION: "{\"k:NoSchedule\":\"p\"}",
-                    BOOTSTRAPPED_ANNOTATION: "{\"b\":\"uid-b@2026-11-20T10:00:00Z\"}"
+                    BOOTSTRAPPED_ANNOTATION: "{\"b\":\"uid-b@2026-11-20T10:00:00Z\"}",
+                    DRAIN_STARTED_ANNOTATION: "{\"d\":\"2026-11-20T10:30:00Z\"}"
                 },
                 "managedFields": [{"manager": "kubelet", "operation": "Update",
                     "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
@@ -256,6 +264,10 @@ mod tests {
         assert_eq!(cached.taints().len(), 1);
         assert_eq!(cached.view.managed.owner("k:NoSchedule"), Some("p"));
         assert!(cached.view.bootstrapped.completed("b", "uid-b"));
+        assert_eq!(
+            cached.view.drains.started("d"),
+            Some("2026-11-20T10:30:00Z".parse().unwrap())
+        );
         assert!(cached.annotations.any);
         assert_eq!(
             cached.annotations.get(MANAGED_TAINTS_ANNOTATION),

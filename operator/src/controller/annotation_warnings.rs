@@ -1,7 +1,8 @@
 //! Saying so when a node's ownership annotations are not what the operator writes.
 //!
 //! A malformed `nodetaint.io/managed-taints` or `nodetaint.io/bootstrapped` proves
-//! no ownership, so the engine reads it as empty and the next write replaces it.
+//! no ownership (nor does a malformed `nodetaint.io/drain-started` prove a drain),
+//! so the engine reads it as empty and the next write replaces it.
 //! That is the safe reading, but silently losing someone's edit is not: each node
 //! and value gets one Warning event and one log line naming the annotation.
 
@@ -16,10 +17,12 @@ use kube::{
     Resource,
     runtime::events::{Event, EventType},
 };
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, MANAGED_TAINTS_ANNOTATION,
+};
 
 use crate::cache::node_cache::CachedNode;
-use engine::ownership::{Bootstrapped, ManagedTaints};
+use engine::ownership::{Bootstrapped, DrainStarts, ManagedTaints};
 
 /// Whether an annotation's value is what the operator writes.
 type WellFormed = fn(&str) -> bool;
@@ -35,9 +38,10 @@ pub fn warn_malformed(
     node: &CachedNode,
     emit: impl Fn(Event, ObjectReference),
 ) {
-    let checks: [(&'static str, WellFormed); 2] = [
+    let checks: [(&'static str, WellFormed); 3] = [
         (MANAGED_TAINTS_ANNOTATION, ManagedTaints::well_formed),
         (BOOTSTRAPPED_ANNOTATION, Bootstrapped::well_formed),
+        (DRAIN_STARTED_ANNOTATION, DrainStarts::well_formed),
     ];
     for (key, well_formed) in checks {
         let Some(value) = node.annotations.get(key) else {

@@ -25,6 +25,7 @@ use crate::{
     controller::annotation_warnings::Reported,
     controller::cap_ledger::CapLedger,
     controller::node_events::{self, EventQueue, WriteActivity},
+    drain::ledger::DrainLedger,
     telemetry::metrics::Metrics,
 };
 use engine::policy_set::PolicySet;
@@ -37,6 +38,8 @@ pub struct Context {
     pub pods: Arc<RwLock<PodCache>>,
     pub pod_watches: PodWatches,
     pub caps: Mutex<CapLedger>,
+    /// Each zone's drain pace and the nodes' eviction retries.
+    pub drains: Mutex<DrainLedger>,
     pub metrics: Metrics,
     /// Who the events say they come from; see `publish`.
     pub reporter: Reporter,
@@ -135,6 +138,7 @@ impl Context {
             pods: pod_watches.cache(),
             pod_watches,
             caps: Mutex::new(CapLedger::default()),
+            drains: Mutex::default(),
             metrics,
             status_refresh: Notify::new(),
             policies_synced: std::sync::atomic::AtomicBool::new(false),

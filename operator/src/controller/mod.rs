@@ -1,13 +1,14 @@
 //! The controller: the watches that feed it (`watches`), the node work queue and
 //! its reconciler, the one-patch node writer, node events, the policy reconciler
-//! (finalizer cleanup) and status writer, the `maxTaintedNodes` ledger, and the
-//! periodic resync under it all. Every decision comes from the engine; this layer
+//! (finalizer cleanup) and status writer, the `maxTaintedNodes` ledger, a node
+//! reconcile's part in drains (`node_drains`), and the periodic resync under it all. Every decision comes from the engine; this layer
 //! reads the caches and writes.
 
 pub mod annotation_warnings;
 pub mod cap_ledger;
 pub mod context;
 pub mod error;
+pub mod node_drains;
 pub mod node_events;
 pub mod node_queue;
 pub mod node_reconciler;

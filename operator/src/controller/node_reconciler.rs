@@ -21,13 +21,14 @@ use crate::{
     controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
+    controller::node_drains::{self, GateKeeper},
     controller::node_queue::{Next, Work},
     controller::node_writer::write_node,
     telemetry::metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
 };
 use engine::{
     decision::evaluate_node,
-    node_plan::{NodePlan, TaintChange, UnknownPolicies, plan_node},
+    node_plan::{Gates, NodePlan, TaintChange, UnknownPolicies, plan_node},
     policy_set::PolicySet,
 };
 
@@ -111,19 +112,31 @@ pub struct Converged {
     pub wrote: bool,
 }
 
-/// Brings one node in line with `set`: at most one successful write.
+/// Brings one node in line with `set`: at most one successful write (and, for a
+/// drain waiting on them, the evictions before it).
 pub async fn converge_node(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Converged> {
+    let name = node.name().to_string();
+    let result = converge(ctx, set, node).await;
+    // Turns in a drain's pace this reconcile took are spent; those it holds but no
+    // longer waits for go back.
+    ctx.drains.lock().expect("drain ledger lock").settle(&name);
+    result
+}
+
+async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Converged> {
     let now = (ctx.clock)();
+    // Drains waiting for evictions evict first, so a plan can switch to NoExecute
+    // in this very reconcile once the pods are gone.
+    let clearing = node_drains::clear_the_way(ctx, set, &node, now).await;
     let next_check = Mutex::new(None);
     let held_back = Mutex::new(false);
+    let drain_wake = Mutex::new((None::<Timestamp>, false));
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
     let api: Api<CachedNode> = Api::all(ctx.client.clone());
     let replan = |n: &CachedNode| -> NodePlan {
         let view = &n.view;
-        let eval = {
-            let pods = ctx.pods.read().expect("pod cache lock");
-            evaluate_node(set, view, pods.index(), now)
-        };
+        let pods = ctx.pods.read().expect("pod cache lock");
+        let eval = evaluate_node(set, view, pods.index(), now);
         *next_check.lock().expect("next check lock") = eval.next_check;
         let admitted = ctx
             .caps
@@ -131,14 +144,20 @@ pub async fn converge_node(ctx: &Context, set: &PolicySet, node: CachedNode) -> 
             .expect("cap ledger lock")
             .admit(set, &eval, view, &ctx.nodes);
         *held_back.lock().expect("held back lock") = admitted.contains(&false);
-        plan_node(
+        let keeper = GateKeeper::new(ctx, set, pods.index(), &clearing, now);
+        let plan = plan_node(
             set,
             view,
             &eval,
-            &|i| admitted[i],
+            Gates {
+                admitted: &|i| admitted[i],
+                drain: &|i| keeper.gate(i, view, &eval),
+            },
             UnknownPolicies::Remove,
             now,
-        )
+        );
+        *drain_wake.lock().expect("drain wake lock") = (keeper.wake.get(), keeper.zone_held.get());
+        plan
     };
     let written = write_node(&api, &ctx.metrics, node.clone(), replan).await?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
@@ -161,15 +180,26 @@ pub async fn converge_node(ctx: &Context, set: &PolicySet, node: CachedNode) -> 
     if let Some(w) = written {
         ctx.wrote(&w.base_resource_version, &w.node);
         report(ctx, &w.node, &w.plan);
+        node_drains::report(ctx, set, &w.node, &w.plan, &clearing);
     }
     let mut next_check = next_check.into_inner().expect("next check lock");
+    let mut soonest = |at: Timestamp| next_check = Some(next_check.map_or(at, |t| t.min(at)));
+    let after = |d: Duration| {
+        now.checked_add(k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or_default())
+            .unwrap_or(Timestamp::MAX)
+    };
     if held_back.into_inner().expect("held back lock") {
-        let recheck = now
-            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
-                HELD_BACK_RECHECK.as_secs() as i64,
-            ))
-            .unwrap_or(Timestamp::MAX);
-        next_check = Some(next_check.map_or(recheck, |t| t.min(recheck)));
+        soonest(after(HELD_BACK_RECHECK));
+    }
+    let (drain_at, zone_held) = drain_wake.into_inner().expect("drain wake lock");
+    if let Some(at) = drain_at {
+        soonest(at);
+    }
+    if zone_held {
+        soonest(after(node_drains::ZONE_HELD_RECHECK));
+    }
+    if let Some(retry) = clearing.retry {
+        soonest(after(retry));
     }
     Ok(Converged { next_check, wrote })
 }
@@ -209,9 +239,13 @@ fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
 }
 
 fn describe(c: &TaintChange) -> String {
-    match &c.value {
+    let taint = match &c.value {
         Some(v) => format!("{}={}:{}", c.key, v, c.effect.as_str()),
         None => format!("{}:{}", c.key, c.effect.as_str()),
+    };
+    match c.then {
+        Some(then) => format!("{taint} (until the drain allows {})", then.as_str()),
+        None => taint,
     }
 }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_ANNOTATION};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_ANNOTATION,
+};
 
 use crate::{
     cache::node_cache::CachedNode,
@@ -36,6 +38,7 @@ pub fn build_patch(current: &CachedNode, plan: &NodePlan) -> Option<Value> {
     let wanted = [
         (MANAGED_TAINTS_ANNOTATION, plan.managed.to_annotation()),
         (BOOTSTRAPPED_ANNOTATION, plan.bootstrapped.to_annotation()),
+        (DRAIN_STARTED_ANNOTATION, plan.drains.to_annotation()),
     ];
     let mut annotation_ops = Vec::new();
     let mut new_map = serde_json::Map::new();

@@ -75,9 +75,11 @@ pub fn error_policy(policy: Arc<TaintPolicy>, error: &Error, ctx: Arc<Context>) 
     Action::requeue(Duration::from_secs(2))
 }
 
-/// True when the node records a taint or a completion of `policy`.
+/// True when the node records a taint, a completion or a drain of `policy`.
 pub fn mentions(node: &CachedNode, policy: &str) -> bool {
-    node.view.managed.0.values().any(|p| p == policy) || node.view.bootstrapped.contains(policy)
+    node.view.managed.0.values().any(|p| p == policy)
+        || node.view.bootstrapped.contains(policy)
+        || node.view.drains.started(policy).is_some()
 }
 
 async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {

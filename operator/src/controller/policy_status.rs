@@ -58,6 +58,7 @@ pub fn desired_status(
         selected_nodes: summary.selected_nodes as i32,
         tainted_nodes: summary.tainted_nodes as i32,
         pending_nodes: summary.pending_nodes as i32,
+        draining_nodes: summary.draining_nodes as i32,
         tainted_node_names: summary
             .tainted_node_names
             .iter()
@@ -159,6 +160,7 @@ pub async fn refresh_all(ctx: &Context) -> Result<()> {
             policy: summary.name.clone(),
             tainted_nodes: summary.tainted_nodes,
             pending_nodes: summary.pending_nodes,
+            draining_nodes: summary.draining_nodes,
             ready: summary.ready,
         });
         to_write.push((policy, summary));

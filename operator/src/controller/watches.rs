@@ -151,6 +151,10 @@ pub async fn watch_policies(
                     .lock()
                     .expect("cap ledger lock")
                     .forget_uncapped(&set);
+                ctx.drains
+                    .lock()
+                    .expect("drain ledger lock")
+                    .forget_gone(&set);
                 ctx.pod_watches.update(&set);
                 ctx.set_policy_set(set);
                 let _ = all_nodes.send(());

@@ -27,6 +27,14 @@ pub struct PolicyLabel {
     pub policy: String,
 }
 
+/// An eviction's outcome: `evicted` (accepted), `blocked` (a PodDisruptionBudget
+/// said no: 429), `gone` (the pod was already gone), `failed` (anything else).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub policy: String,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub verb: String,
@@ -62,6 +70,10 @@ pub struct Metrics {
     pub policy_ready: Family<PolicyLabel, Gauge>,
     /// Nodes each policy would taint but `maxTaintedNodes` holds back (`LimitReached`).
     pub pending_nodes: Family<PolicyLabel, Gauge>,
+    /// Nodes between NoSchedule and NoExecute in each policy's drains.
+    pub draining_nodes: Family<PolicyLabel, Gauge>,
+    /// Evictions requested for drains, by policy and outcome.
+    pub evictions: Family<EvictionLabels, Counter>,
     /// The policies the per-policy gauges have series for, so that the series of a
     /// deleted policy can be dropped instead of reporting it forever.
     reported_policies: Arc<Mutex<BTreeSet<String>>>,
@@ -73,6 +85,7 @@ pub struct PolicyReport {
     pub policy: String,
     pub tainted_nodes: usize,
     pub pending_nodes: usize,
+    pub draining_nodes: usize,
     pub ready: bool,
 }
 
@@ -190,8 +203,22 @@ impl Default for Metrics {
             "Nodes each policy would taint but maxTaintedNodes holds back (LimitReached)",
             pending_nodes.clone(),
         );
+        let draining_nodes = Family::<PolicyLabel, Gauge>::default();
+        registry.register(
+            "draining_nodes",
+            "Nodes between NoSchedule and NoExecute in each policy's drains (spec.eviction)",
+            draining_nodes.clone(),
+        );
+        let evictions = Family::<EvictionLabels, Counter>::default();
+        registry.register(
+            "evictions",
+            "Evictions requested for drains, by policy and outcome (evicted, blocked by a PodDisruptionBudget, gone, failed)",
+            evictions.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            draining_nodes,
+            evictions,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -230,6 +257,7 @@ impl Metrics {
             };
             self.tainted_nodes.remove(&label);
             self.pending_nodes.remove(&label);
+            self.draining_nodes.remove(&label);
             self.policy_ready.remove(&label);
         }
         for r in reports {
@@ -242,6 +270,9 @@ impl Metrics {
             self.pending_nodes
                 .get_or_create(&label)
                 .set(r.pending_nodes as i64);
+            self.draining_nodes
+                .get_or_create(&label)
+                .set(r.draining_nodes as i64);
             self.policy_ready
                 .get_or_create(&label)
                 .set(i64::from(r.ready));
@@ -265,6 +296,7 @@ mod tests {
             policy: policy.into(),
             tainted_nodes: tainted,
             pending_nodes: pending,
+            draining_nodes: 0,
             ready,
         }
     }

@@ -1,0 +1,852 @@
+//! `spec.eviction`: a policy's NoExecute taints go on a node in steps.
+//!
+//! A NoExecute taint makes Kubernetes delete every pod that does not tolerate it,
+//! at once and without regard to PodDisruptionBudgets. With `spec.eviction`, the
+//! taint first goes on as NoSchedule under the same key and value (the *stand-in*:
+//! nothing new lands), the drain starts (recorded on the node, see
+//! [`DrainStarts`]), the pods in the way are evicted through the Eviction API by
+//! the controller, and only then one guarded write swaps the stand-in for the
+//! NoExecute taint. The starts and the switches are paced per zone, and a zone
+//! where too many nodes match holds its switches.
+//!
+//! Everything here is pure: where a node is ([`step_of`]), what may happen next
+//! ([`gate`]), the per-zone pace ([`Pacer`]) and which pods are in the way
+//! ([`pod_fate`]). The controller does the evictions and keeps its pacers between
+//! reconciles; `plan` and the status writer make fresh ones from the nodes.
+
+use std::{collections::HashMap, time::Duration};
+
+use k8s_openapi::{
+    api::core::v1::{Pod, Taint, Toleration},
+    apimachinery::pkg::util::intstr::IntOrString,
+    jiff::{SignedDuration, Timestamp},
+};
+use taint_operator_crd::{Eviction, PolicyTaint, TaintEffect, ZONE_LABEL};
+
+use crate::{
+    cluster::{NodeView, PodIndex},
+    decision::NodeFacts,
+    duration::parse_go_duration,
+    labels::Labels,
+    ownership::{DrainStarts, ManagedTaints, taint_id},
+    policy::InvalidSpec,
+    policy_set::PolicySet,
+};
+
+/// `spec.eviction`, compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictionRules {
+    pub respect_budgets: bool,
+    pub drain_timeout: Option<Duration>,
+    /// As written, for messages.
+    pub drain_timeout_source: Option<String>,
+    pub nodes_per_minute: Option<u32>,
+    pub zone_pause: Option<IntOrString>,
+}
+
+impl EvictionRules {
+    pub fn compile(e: &Eviction) -> Result<Self, InvalidSpec> {
+        let drain_timeout = match &e.drain_timeout {
+            None => None,
+            Some(d) => Some(parse_go_duration(d).ok_or_else(|| InvalidSpec {
+                field: "spec.eviction.drainTimeout".into(),
+                message: format!(
+                    "invalid duration {d:?}: use a Go duration such as 10m or 1h30m, at most 2562047h"
+                ),
+            })?),
+        };
+        let nodes_per_minute = match e.nodes_per_minute {
+            None => None,
+            Some(n) if n >= 1 => Some(n as u32),
+            Some(n) => {
+                return Err(InvalidSpec {
+                    field: "spec.eviction.nodesPerMinute".into(),
+                    message: format!("must be at least 1, not {n}"),
+                });
+            }
+        };
+        if let Some(share) = &e.pause_when_zone_unhealthy
+            && parse_share(share).is_none()
+        {
+            return Err(InvalidSpec {
+                field: "spec.eviction.pauseWhenZoneUnhealthy".into(),
+                message: "must be a non-negative integer or a percentage from 0% to 100%".into(),
+            });
+        }
+        Ok(EvictionRules {
+            respect_budgets: e.respect_disruption_budgets.unwrap_or(true),
+            drain_timeout,
+            drain_timeout_source: e.drain_timeout.clone(),
+            nodes_per_minute,
+            zone_pause: e.pause_when_zone_unhealthy.clone(),
+        })
+    }
+
+    /// The time between two paced steps in one zone: `60 s / nodesPerMinute`.
+    pub fn interval(&self) -> Option<Duration> {
+        self.nodes_per_minute
+            .map(|n| Duration::from_secs(60) / n.max(1))
+    }
+
+    /// True when a zone where `matched` of `selected` nodes match the matchers is
+    /// unhealthy: more than `pauseWhenZoneUnhealthy` of them.
+    pub fn zone_held(&self, matched: usize, selected: usize) -> bool {
+        match self.zone_pause.as_ref().and_then(parse_share) {
+            None => false,
+            Some(Share::Count(n)) => matched > n,
+            Some(Share::Percent(p)) => matched * 100 > selected * p,
+        }
+    }
+}
+
+enum Share {
+    Count(usize),
+    Percent(usize),
+}
+
+fn parse_share(share: &IntOrString) -> Option<Share> {
+    match share {
+        IntOrString::Int(n) => usize::try_from(*n).ok().map(Share::Count),
+        IntOrString::String(s) => match s.strip_suffix('%') {
+            Some(p) => p
+                .parse::<usize>()
+                .ok()
+                .filter(|p| *p <= 100)
+                .map(Share::Percent),
+            None => s.parse().ok().map(Share::Count),
+        },
+    }
+}
+
+/// The zone a node is paced and held in: its `topology.kubernetes.io/zone` label;
+/// nodes without it form one zone, `""`.
+pub fn zone_of(labels: &Labels) -> &str {
+    labels.get(ZONE_LABEL).unwrap_or("")
+}
+
+/// The eviction rules of policy `i`, when it is valid and has `spec.eviction`.
+pub fn rules_of(set: &PolicySet, i: usize) -> Option<&EvictionRules> {
+    set.policies[i].rules.as_ref().ok()?.eviction.as_ref()
+}
+
+/// The NoExecute taints policy `i` drains before: declared by it and owned by it
+/// (an older policy declaring the same key+effect keeps the taint), when it has
+/// `spec.eviction`.
+pub fn drained_taints(set: &PolicySet, i: usize) -> impl Iterator<Item = &PolicyTaint> {
+    let p = &set.policies[i];
+    let evicts = rules_of(set, i).is_some();
+    p.taints
+        .iter()
+        .zip(&p.ids)
+        .filter(move |(t, id)| {
+            evicts && t.effect == TaintEffect::NoExecute && set.owner_of(id) == Some(i)
+        })
+        .map(|(t, _)| t)
+}
+
+/// The id of the NoSchedule stand-in of a NoExecute taint with this key.
+pub fn stand_in_id(key: &str) -> String {
+    taint_id(key, TaintEffect::NoSchedule.as_str())
+}
+
+/// The stand-in of a drained taint: same key and value, NoSchedule.
+pub fn stand_in(t: &PolicyTaint) -> PolicyTaint {
+    PolicyTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: TaintEffect::NoSchedule,
+    }
+}
+
+/// True when `id` is the stand-in of one of policy `i`'s drained taints.
+pub fn is_stand_in_of(set: &PolicySet, i: usize, id: &str) -> bool {
+    drained_taints(set, i).any(|t| stand_in_id(&t.key) == id)
+}
+
+/// Where a node is in policy `i`'s drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainStep {
+    /// No stand-in and no drain: nothing started (or nothing to drain).
+    Idle,
+    /// The stand-in is on; the drain waits for its start.
+    Waiting,
+    /// The drain started then; the NoExecute taints are not on yet.
+    Draining { since: Timestamp },
+    /// Every drained taint is on as NoExecute.
+    Switched,
+}
+
+impl DrainStep {
+    /// Between NoSchedule and NoExecute: what `drainingNodes` counts.
+    pub fn is_draining(self) -> bool {
+        matches!(self, DrainStep::Waiting | DrainStep::Draining { .. })
+    }
+}
+
+/// Where a node with these taints and annotations is in policy `i`'s drain.
+pub fn step_of(
+    set: &PolicySet,
+    i: usize,
+    taints: &[Taint],
+    managed: &ManagedTaints,
+    drains: &DrainStarts,
+) -> DrainStep {
+    let name = set.policies[i].name.as_str();
+    let has = |key: &str, effect: TaintEffect| {
+        taints
+            .iter()
+            .any(|n| n.key == key && n.effect == effect.as_str())
+    };
+    let mut any = false;
+    let mut all_on = true;
+    let mut stand_in_on = false;
+    for t in drained_taints(set, i) {
+        any = true;
+        all_on &= has(&t.key, TaintEffect::NoExecute);
+        stand_in_on |= has(&t.key, TaintEffect::NoSchedule)
+            && managed.owner(&stand_in_id(&t.key)) == Some(name);
+    }
+    if !any {
+        return DrainStep::Idle;
+    }
+    if all_on {
+        return DrainStep::Switched;
+    }
+    match drains.started(name) {
+        Some(since) => DrainStep::Draining { since },
+        None if stand_in_on => DrainStep::Waiting,
+        None => DrainStep::Idle,
+    }
+}
+
+/// [`step_of`] a node as it is.
+pub fn step(set: &PolicySet, i: usize, node: &NodeView) -> DrainStep {
+    step_of(set, i, &node.taints, &node.managed, &node.drains)
+}
+
+/// What a node's plan may do in policy `i`'s drain now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainGate {
+    /// Record the drain's start (the stand-in goes on regardless).
+    pub start: bool,
+    /// Swap the stand-ins for the NoExecute taints.
+    pub switch: bool,
+}
+
+/// The two paced steps: each has a pace of its own in every zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PaceKind {
+    Start,
+    Switch,
+}
+
+/// What a node waits for before its next drain step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Its turn to start draining in its zone.
+    StartSlot(Timestamp),
+    /// Pods still in the way; `drainTimeout` (if any) ends the wait then.
+    Evictions { timeout: Option<Timestamp> },
+    /// Too many of its zone's nodes match: no switch there until they heal.
+    ZoneHeld,
+    /// Its turn to switch to NoExecute in its zone.
+    SwitchSlot(Timestamp),
+}
+
+impl Wait {
+    /// When the wait may be over by itself (a slot, a timeout); `None`: only when
+    /// something changes (pods leave, the zone heals).
+    pub fn until(self) -> Option<Timestamp> {
+        match self {
+            Wait::StartSlot(t) | Wait::SwitchSlot(t) => Some(t),
+            Wait::Evictions { timeout } => timeout,
+            Wait::ZoneHeld => None,
+        }
+    }
+}
+
+/// The gate of a node, and what it waits for when it is closed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gated {
+    pub gate: DrainGate,
+    pub wait: Option<Wait>,
+}
+
+/// What a gate reads besides the step.
+#[derive(Clone, Copy)]
+pub struct GateFacts<'f> {
+    /// The taints are wanted because a matcher matched and readiness is not at
+    /// stake: only those steps are paced (readiness taints are not).
+    pub paced: bool,
+    /// Every pod in the way is gone, terminating, or its eviction was accepted.
+    pub evicted: bool,
+    /// Whether the node's zone is held ([`EvictionRules::zone_held`]); asked only
+    /// when nothing before it holds the switch back, as it may read every node.
+    pub zone_held: &'f dyn Fn() -> bool,
+}
+
+/// What a node that wants policy `rules`'s taints, at `step`, may do now. `pace`
+/// answers when the node's turn for a paced step comes (a [`Pacer`]'s slot); it
+/// is asked only when nothing else holds the step back, so waiting nodes reserve
+/// no turn they cannot take.
+pub fn gate(
+    rules: &EvictionRules,
+    step: DrainStep,
+    facts: GateFacts,
+    now: Timestamp,
+    pace: &mut dyn FnMut(PaceKind) -> Timestamp,
+) -> Gated {
+    let paced = facts.paced && rules.interval().is_some();
+    match step {
+        DrainStep::Switched => Gated::default(),
+        DrainStep::Idle | DrainStep::Waiting => {
+            // Without evictions there is nothing to pace at the start: the switch is paced.
+            if !(rules.respect_budgets && paced) {
+                return open(DrainGate {
+                    start: true,
+                    switch: false,
+                });
+            }
+            let slot = pace(PaceKind::Start);
+            if slot <= now {
+                open(DrainGate {
+                    start: true,
+                    switch: false,
+                })
+            } else {
+                closed(Wait::StartSlot(slot))
+            }
+        }
+        DrainStep::Draining { since } => {
+            let timeout = rules.drain_timeout.map(|d| add(since, d));
+            let timed_out = timeout.is_some_and(|t| t <= now);
+            if rules.respect_budgets && !facts.evicted && !timed_out {
+                return closed(Wait::Evictions { timeout });
+            }
+            if (facts.zone_held)() {
+                return closed(Wait::ZoneHeld);
+            }
+            if paced {
+                let slot = pace(PaceKind::Switch);
+                if slot > now {
+                    return closed(Wait::SwitchSlot(slot));
+                }
+            }
+            open(DrainGate {
+                start: false,
+                switch: true,
+            })
+        }
+    }
+}
+
+fn open(gate: DrainGate) -> Gated {
+    Gated { gate, wait: None }
+}
+
+fn closed(wait: Wait) -> Gated {
+    Gated {
+        gate: DrainGate::default(),
+        wait: Some(wait),
+    }
+}
+
+pub fn add(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// One paced step of one policy in one zone: turns one interval apart, first come
+/// first served, no burst.
+///
+/// A node asking for its turn gets the first moment at least one interval after
+/// every turn reserved or taken so far, and keeps it while it waits, so each
+/// waiting node is woken once, at its turn. A node that took its step moves the
+/// pace on from when it actually did; a node that stops waiting gives its turn
+/// back (the turns after it stay where they are: a gap, never a burst).
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    interval: Duration,
+    /// The latest step taken (on any replica: seeded from the nodes).
+    last: Option<Timestamp>,
+    reserved: HashMap<String, Timestamp>,
+}
+
+impl Pacer {
+    /// `last`: the latest step of this kind the nodes record ([`history`]).
+    pub fn new(interval: Duration, last: Option<Timestamp>) -> Self {
+        Pacer {
+            interval,
+            last,
+            reserved: HashMap::new(),
+        }
+    }
+
+    /// A spec edit changed the pace; turns reserved so far stay.
+    pub fn set_interval(&mut self, interval: Duration) {
+        self.interval = interval;
+    }
+
+    /// When `node` may take its step: its reserved turn (reserved now if it has
+    /// none), never sooner than one interval after the last step taken.
+    pub fn slot(&mut self, node: &str, now: Timestamp) -> Timestamp {
+        let after_last = self.last.map(|l| add(l, self.interval));
+        if let Some(&turn) = self.reserved.get(node) {
+            return after_last.map_or(turn, |a| a.max(turn));
+        }
+        let after_reserved = self.reserved.values().max().map(|&r| add(r, self.interval));
+        let turn = [Some(now), after_last, after_reserved]
+            .into_iter()
+            .flatten()
+            .max()
+            .expect("now is there");
+        self.reserved.insert(node.to_string(), turn);
+        turn
+    }
+
+    /// `node` took its step at `at`, its turn having come.
+    pub fn used(&mut self, node: &str, at: Timestamp) {
+        self.reserved.remove(node);
+        self.last = Some(self.last.map_or(at, |l| l.max(at)));
+    }
+
+    /// `node` no longer waits (it healed, left, or its policy changed).
+    pub fn release(&mut self, node: &str) {
+        self.reserved.remove(node);
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.reserved.len()
+    }
+}
+
+/// The latest drain start and switch policy `i` recorded on `node`: its
+/// drain-start record, and the `timeAdded` of the NoExecute taints it owns there.
+/// What a new pacer is seeded with, so the pace survives a failover.
+pub fn history(set: &PolicySet, i: usize, node: &NodeView) -> [Option<Timestamp>; 2] {
+    let name = set.policies[i].name.as_str();
+    let start = node.drains.started(name);
+    let switch = drained_taints(set, i)
+        .filter_map(|t| {
+            let id = taint_id(&t.key, TaintEffect::NoExecute.as_str());
+            if node.managed.owner(&id) != Some(name) {
+                return None;
+            }
+            node.taints
+                .iter()
+                .find(|n| n.key == t.key && n.effect == TaintEffect::NoExecute.as_str())?
+                .time_added
+                .as_ref()
+                .map(|t| t.0)
+        })
+        .max();
+    [start, switch]
+}
+
+/// Policy `i`'s health in `zone`: how many of the zone's selected `nodes` its
+/// matchers match, and how many it selects. For a caller that holds no whole-cluster
+/// plan (the controller asks when a node of the zone is about to switch).
+pub fn zone_health<'n>(
+    set: &PolicySet,
+    i: usize,
+    zone: &str,
+    nodes: impl IntoIterator<Item = &'n NodeView>,
+    pods: &PodIndex,
+    now: Timestamp,
+) -> (usize, usize) {
+    let mut facts: Option<NodeFacts> = None;
+    let (mut matched, mut selected) = (0, 0);
+    for node in nodes.into_iter().filter(|n| zone_of(&n.labels) == zone) {
+        let facts = match &mut facts {
+            Some(f) => {
+                f.load(node);
+                f
+            }
+            None => facts.insert(NodeFacts::new(set, pods, node)),
+        };
+        let v = facts.verdict(i, now, &mut None);
+        selected += usize::from(v.selected);
+        matched += usize::from(v.selected && v.matched);
+    }
+    (matched, selected)
+}
+
+/// The latest [`history`] of policy `i` over the nodes of `zone`.
+pub fn zone_history<'n>(
+    set: &PolicySet,
+    i: usize,
+    zone: &str,
+    nodes: impl IntoIterator<Item = &'n NodeView>,
+) -> [Option<Timestamp>; 2] {
+    let mut latest = [None, None];
+    for node in nodes.into_iter().filter(|n| zone_of(&n.labels) == zone) {
+        for (l, at) in latest.iter_mut().zip(history(set, i, node)) {
+            *l = (*l).max(at);
+        }
+    }
+    latest
+}
+
+/// What becomes of a pod on a node being drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodFate {
+    /// It would not tolerate the NoExecute taint: evicted before the switch.
+    Evict,
+    /// Already terminating: counts as gone; its grace period is its own.
+    Terminating,
+    /// Succeeded or Failed: nothing runs.
+    Finished,
+    /// A static pod's mirror: the kubelet, not the API, owns it.
+    Mirror,
+    /// Its DaemonSet would put it straight back.
+    DaemonSet,
+    /// It tolerates every drained taint for good.
+    Tolerates,
+}
+
+impl PodFate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodFate::Evict => "evict",
+            PodFate::Terminating => "terminating",
+            PodFate::Finished => "finished",
+            PodFate::Mirror => "mirror pod",
+            PodFate::DaemonSet => "DaemonSet pod",
+            PodFate::Tolerates => "tolerates the taint",
+        }
+    }
+}
+
+/// The annotation the kubelet puts on a static pod's mirror.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// What a drain does with `pod` before `taints` (the drained NoExecute taints) go
+/// on, as `kubectl drain` decides, plus: a pod that tolerates every one of them
+/// for good stays. A toleration with `tolerationSeconds` does not count: the taint
+/// manager would delete that pod when it runs out, ignoring its budget.
+pub fn pod_fate<'t>(pod: &Pod, taints: impl IntoIterator<Item = &'t PolicyTaint>) -> PodFate {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return PodFate::Terminating;
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return PodFate::Finished;
+    }
+    if pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+    {
+        return PodFate::Mirror;
+    }
+    let by_daemon_set = pod.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true) && o.kind == "DaemonSet" && o.api_version.starts_with("apps/")
+    });
+    if by_daemon_set {
+        return PodFate::DaemonSet;
+    }
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let for_good = taints.into_iter().all(|t| {
+        tolerations
+            .iter()
+            .any(|tol| tol.toleration_seconds.is_none() && tolerates(tol, t))
+    });
+    if for_good {
+        PodFate::Tolerates
+    } else {
+        PodFate::Evict
+    }
+}
+
+/// Kubernetes' rule: a toleration matches a taint when its effect is empty or the
+/// same, and either `Exists` with an empty or equal key, or `Equal` (the default)
+/// with an equal key and value.
+pub fn tolerates(tol: &Toleration, t: &PolicyTaint) -> bool {
+    let effect_ok = tol
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == t.effect.as_str());
+    if !effect_ok {
+        return false;
+    }
+    let key = tol.key.as_deref().unwrap_or("");
+    match tol.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => key.is_empty() || key == t.key,
+        "Equal" | "" => {
+            key == t.key && tol.value.as_deref().unwrap_or("") == t.value.as_deref().unwrap_or("")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn rules(json: serde_json::Value) -> EvictionRules {
+        EvictionRules::compile(&serde_json::from_value(json).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_share_is_more_than_a_count_or_a_percentage() {
+        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": "50%"}));
+        assert!(!r.zone_held(2, 4));
+        assert!(r.zone_held(3, 4));
+        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": 2}));
+        assert!(!r.zone_held(2, 100));
+        assert!(r.zone_held(3, 100));
+        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": "0%"}));
+        assert!(!r.zone_held(0, 4) && r.zone_held(1, 4));
+        assert!(!rules(serde_json::json!({})).zone_held(4, 4));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let bad =
+            |json| EvictionRules::compile(&serde_json::from_value(json).unwrap()).unwrap_err();
+        assert_eq!(
+            bad(serde_json::json!({"drainTimeout": "soon"})).field,
+            "spec.eviction.drainTimeout"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"nodesPerMinute": 0})).field,
+            "spec.eviction.nodesPerMinute"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"pauseWhenZoneUnhealthy": "120%"})).field,
+            "spec.eviction.pauseWhenZoneUnhealthy"
+        );
+    }
+
+    #[test]
+    fn defaults_respect_budgets_and_pace_nothing() {
+        let r = rules(serde_json::json!({}));
+        assert!(r.respect_budgets);
+        assert_eq!(r.interval(), None);
+        assert_eq!(
+            rules(serde_json::json!({"nodesPerMinute": 6})).interval(),
+            Some(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn a_pacer_hands_out_turns_one_interval_apart_in_order_of_asking() {
+        let now = t("2026-11-20T12:00:00Z");
+        let mut p = Pacer::new(Duration::from_secs(10), None);
+        assert_eq!(p.slot("a", now), now);
+        assert_eq!(p.slot("b", now), t("2026-11-20T12:00:10Z"));
+        assert_eq!(p.slot("c", now), t("2026-11-20T12:00:20Z"));
+        // Asking again keeps the turn.
+        assert_eq!(
+            p.slot("b", t("2026-11-20T12:00:05Z")),
+            t("2026-11-20T12:00:10Z")
+        );
+        // a took its step late: b's turn moves to one interval after it.
+        p.used("a", t("2026-11-20T12:00:03Z"));
+        assert_eq!(p.slot("b", now), t("2026-11-20T12:00:13Z"));
+        // b healed: its turn is a gap, c keeps its own.
+        p.release("b");
+        assert_eq!(p.slot("c", now), t("2026-11-20T12:00:20Z"));
+        assert_eq!(p.waiting(), 1);
+    }
+
+    #[test]
+    fn a_pacer_seeded_with_a_recent_step_waits_an_interval_from_it() {
+        let mut p = Pacer::new(Duration::from_secs(10), Some(t("2026-11-20T11:59:55Z")));
+        assert_eq!(
+            p.slot("a", t("2026-11-20T12:00:00Z")),
+            t("2026-11-20T12:00:05Z")
+        );
+        let mut p = Pacer::new(Duration::from_secs(10), Some(t("2026-11-20T11:00:00Z")));
+        assert_eq!(
+            p.slot("a", t("2026-11-20T12:00:00Z")),
+            t("2026-11-20T12:00:00Z")
+        );
+    }
+
+    fn facts(paced: bool, evicted: bool, zone_held: bool) -> GateFacts<'static> {
+        GateFacts {
+            paced,
+            evicted,
+            zone_held: if zone_held { &|| true } else { &|| false },
+        }
+    }
+
+    #[test]
+    fn the_gate_walks_start_evictions_zone_and_pace_in_that_order() {
+        let now = t("2026-11-20T12:00:00Z");
+        let later = t("2026-11-20T12:00:10Z");
+        let r = rules(serde_json::json!({"nodesPerMinute": 6, "drainTimeout": "5m"}));
+        let mut asked = Vec::new();
+        let at = |slot: Timestamp| {
+            move |k: PaceKind| {
+                let _ = k;
+                slot
+            }
+        };
+        // Idle, paced, turn later: waits for it.
+        let g = gate(
+            &r,
+            DrainStep::Idle,
+            facts(true, false, false),
+            now,
+            &mut at(later),
+        );
+        assert_eq!(g.wait, Some(Wait::StartSlot(later)));
+        assert!(!g.gate.start);
+        // Its turn now: the drain starts.
+        let g = gate(
+            &r,
+            DrainStep::Waiting,
+            facts(true, false, false),
+            now,
+            &mut at(now),
+        );
+        assert!(g.gate.start && !g.gate.switch);
+        // Not paced (a readiness taint): starts at once.
+        let g = gate(
+            &r,
+            DrainStep::Idle,
+            facts(false, false, false),
+            now,
+            &mut at(later),
+        );
+        assert!(g.gate.start);
+        // Draining with pods in the way: waits, the pace is not asked.
+        let since = t("2026-11-20T11:58:00Z");
+        let mut record = |k: PaceKind| {
+            asked.push(k);
+            now
+        };
+        let g = gate(
+            &r,
+            DrainStep::Draining { since },
+            facts(true, false, false),
+            now,
+            &mut record,
+        );
+        assert_eq!(
+            g.wait,
+            Some(Wait::Evictions {
+                timeout: Some(t("2026-11-20T12:03:00Z"))
+            })
+        );
+        assert!(asked.is_empty());
+        // Evicted, zone held.
+        let g = gate(
+            &r,
+            DrainStep::Draining { since },
+            facts(true, true, true),
+            now,
+            &mut at(now),
+        );
+        assert_eq!(g.wait, Some(Wait::ZoneHeld));
+        // Evicted, its turn later.
+        let g = gate(
+            &r,
+            DrainStep::Draining { since },
+            facts(true, true, false),
+            now,
+            &mut at(later),
+        );
+        assert_eq!(g.wait, Some(Wait::SwitchSlot(later)));
+        // Timed out with pods in the way: switches on its turn.
+        let long_ago = t("2026-11-20T11:50:00Z");
+        let g = gate(
+            &r,
+            DrainStep::Draining { since: long_ago },
+            facts(true, false, false),
+            now,
+            &mut at(now),
+        );
+        assert!(g.gate.switch);
+        // Switched: nothing to do.
+        assert_eq!(
+            gate(
+                &r,
+                DrainStep::Switched,
+                facts(true, true, false),
+                now,
+                &mut at(now)
+            ),
+            Gated::default()
+        );
+    }
+
+    #[test]
+    fn without_budgets_the_drain_starts_at_once_and_only_the_switch_is_paced() {
+        let now = t("2026-11-20T12:00:00Z");
+        let later = t("2026-11-20T12:00:10Z");
+        let r = rules(serde_json::json!({"respectDisruptionBudgets": false, "nodesPerMinute": 6}));
+        let mut at = |_: PaceKind| later;
+        assert!(
+            gate(&r, DrainStep::Idle, facts(true, false, false), now, &mut at)
+                .gate
+                .start
+        );
+        let g = gate(
+            &r,
+            DrainStep::Draining { since: now },
+            facts(true, false, false),
+            now,
+            &mut at,
+        );
+        assert_eq!(g.wait, Some(Wait::SwitchSlot(later)));
+    }
+
+    fn toleration(
+        key: Option<&str>,
+        op: &str,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Toleration {
+        Toleration {
+            key: key.map(str::to_string),
+            operator: Some(op.to_string()),
+            value: value.map(str::to_string),
+            effect: effect.map(str::to_string),
+            toleration_seconds: None,
+        }
+    }
+
+    #[test]
+    fn tolerations_match_as_kubernetes_matches_them() {
+        let taint = PolicyTaint {
+            key: "example.com/nic".into(),
+            value: Some("kaput".into()),
+            effect: TaintEffect::NoExecute,
+        };
+        assert!(tolerates(&toleration(None, "Exists", None, None), &taint));
+        assert!(tolerates(
+            &toleration(Some("example.com/nic"), "Exists", None, Some("NoExecute")),
+            &taint
+        ));
+        assert!(!tolerates(
+            &toleration(Some("example.com/nic"), "Exists", None, Some("NoSchedule")),
+            &taint
+        ));
+        assert!(tolerates(
+            &toleration(Some("example.com/nic"), "Equal", Some("kaput"), None),
+            &taint
+        ));
+        assert!(!tolerates(
+            &toleration(Some("example.com/nic"), "Equal", Some("fine"), None),
+            &taint
+        ));
+        assert!(!tolerates(
+            &toleration(Some("other"), "Exists", None, None),
+            &taint
+        ));
+    }
+}

@@ -1,0 +1,354 @@
+//! A node reconcile's part in drains (`spec.eviction`): evicting the pods in the
+//! way before the plan, opening each drain's gate while planning, and saying what
+//! happened afterwards. The node reconciler calls these three; the decisions are
+//! the engine's (`engine::drain`), the pace and retries the drain ledger's.
+
+use std::{cell::OnceCell, collections::HashSet, sync::Arc, time::Duration};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Resource,
+    runtime::events::{Event, EventType},
+};
+use taint_operator_crd::PolicyTaint;
+
+use crate::{
+    cache::node_cache::CachedNode,
+    controller::context::Context,
+    drain::evictor::{self, Round},
+};
+use engine::{
+    cluster::{NodeView, PodIndex},
+    decision::{NodeEvaluation, evaluate_node},
+    drain::{self, DrainGate, DrainStep, Wait},
+    node_plan::NodePlan,
+    policy_set::PolicySet,
+};
+
+/// How soon a node whose zone holds its switch is looked at again: nothing about
+/// the node itself changes when other nodes of its zone heal.
+pub const ZONE_HELD_RECHECK: Duration = Duration::from_secs(10);
+
+/// What clearing the way found, per policy of the set.
+#[derive(Debug, Default)]
+pub struct Clearing {
+    /// Every pod in the way of policy `i`'s drain is gone (or it evicts nothing).
+    evicted: Vec<bool>,
+    /// The rounds run, by policy index.
+    rounds: Vec<(usize, Round)>,
+    /// When to evict again: pods are still in the way.
+    pub retry: Option<Duration>,
+}
+
+impl Clearing {
+    pub fn evicted(&self, i: usize) -> bool {
+        self.evicted.get(i).copied().unwrap_or(false)
+    }
+
+    fn round(&self, i: usize) -> Option<&Round> {
+        self.rounds.iter().find(|(j, _)| *j == i).map(|(_, r)| r)
+    }
+}
+
+/// The drains of `set` on `node` that wait for evictions now: the policy wants
+/// its taints, the drain started, budgets are respected, and its timeout (if any)
+/// has not passed.
+fn waiting_for_evictions(
+    set: &PolicySet,
+    eval: &NodeEvaluation,
+    node: &NodeView,
+    now: Timestamp,
+) -> Vec<usize> {
+    (0..set.policies.len())
+        .filter(|&i| {
+            let Some(rules) = drain::rules_of(set, i) else {
+                return false;
+            };
+            let DrainStep::Draining { since } = drain::step(set, i, node) else {
+                return false;
+            };
+            let timed_out = rules
+                .drain_timeout
+                .is_some_and(|d| drain::add(since, d) <= now);
+            set.policies[i].is_active()
+                && rules.respect_budgets
+                && !timed_out
+                && eval.policies[i].wants_taints()
+        })
+        .collect()
+}
+
+/// Evicts the pods in the way of every drain of `node` that waits for them. A
+/// failure to list the node's pods leaves the drains waiting (and retried), as a
+/// blocked eviction does: the rest of the node's plan goes ahead.
+pub async fn clear_the_way(
+    ctx: &Context,
+    set: &PolicySet,
+    node: &CachedNode,
+    now: Timestamp,
+) -> Clearing {
+    let name = node.name();
+    let eval = {
+        let pods = ctx.pods.read().expect("pod cache lock");
+        evaluate_node(set, &node.view, pods.index(), now)
+    };
+    let waiting = waiting_for_evictions(set, &eval, &node.view, now);
+    let mut clearing = Clearing {
+        evicted: vec![false; set.policies.len()],
+        ..Clearing::default()
+    };
+    if waiting.is_empty() {
+        ctx.drains
+            .lock()
+            .expect("drain ledger lock")
+            .evictions_done(name);
+        return clearing;
+    }
+    let pods = match evictor::pods_on(&ctx.client, name).await {
+        Ok(pods) => pods,
+        Err(e) => {
+            tracing::warn!(node = name, error = %e, "cannot list the node's pods to drain it; retrying");
+            clearing.retry = Some(
+                ctx.drains
+                    .lock()
+                    .expect("drain ledger lock")
+                    .evict_again_in(name),
+            );
+            return clearing;
+        }
+    };
+    let mut evicted_now = HashSet::new();
+    for i in waiting {
+        let policy = set.policies[i].name.as_str();
+        let taints: Vec<&PolicyTaint> = drain::drained_taints(set, i).collect();
+        let round = evictor::evict(
+            &ctx.client,
+            &ctx.metrics,
+            policy,
+            &taints,
+            &pods,
+            &mut evicted_now,
+        )
+        .await;
+        for pod in &round.evicted {
+            tracing::info!(node = name, policy, pod = %pod, "evicted for the drain");
+        }
+        report_blocked(ctx, node, policy, &round);
+        clearing.evicted[i] = round.done();
+        clearing.rounds.push((i, round));
+    }
+    let mut ledger = ctx.drains.lock().expect("drain ledger lock");
+    if clearing.rounds.iter().all(|(_, r)| r.done()) {
+        ledger.evictions_done(name);
+    } else {
+        clearing.retry = Some(ledger.evict_again_in(name));
+    }
+    clearing
+}
+
+/// One Warning event per pod and refusal (not one per retry): which pod, which
+/// budget, what the API server said.
+fn report_blocked(ctx: &Context, node: &CachedNode, policy: &str, round: &Round) {
+    for b in &round.blocked {
+        let first = ctx.drains.lock().expect("drain ledger lock").first_block(
+            node.name(),
+            &b.pod,
+            &b.message,
+        );
+        if !first {
+            continue;
+        }
+        let budget = b.budget.as_deref().unwrap_or("(unnamed)");
+        tracing::warn!(node = node.name(), policy, pod = %b.pod, budget, message = %b.message, "eviction blocked by a PodDisruptionBudget; retrying");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "EvictionBlocked".into(),
+            note: Some(cut(format!(
+                "policy {policy}: eviction of pod {} blocked by PodDisruptionBudget {budget}: {}; the node stays NoSchedule and the eviction is retried",
+                b.pod, b.message
+            ))),
+            action: "Evict".into(),
+            secondary: None,
+        };
+        ctx.emit(event, node.object_ref(&()));
+    }
+}
+
+/// Opens policy drain gates while a node is planned: the ledger's pace, the zone's
+/// health (read from every cached node only when a switch waits on nothing else),
+/// and what clearing the way found. Records what the closed gates wait for.
+pub struct GateKeeper<'a> {
+    ctx: &'a Context,
+    set: &'a PolicySet,
+    pods: &'a PodIndex,
+    clearing: &'a Clearing,
+    now: Timestamp,
+    nodes: OnceCell<Vec<Arc<CachedNode>>>,
+    /// The earliest moment a closed gate may open by itself.
+    pub wake: std::cell::Cell<Option<Timestamp>>,
+    /// A closed gate waits for the zone to heal.
+    pub zone_held: std::cell::Cell<bool>,
+}
+
+impl<'a> GateKeeper<'a> {
+    pub fn new(
+        ctx: &'a Context,
+        set: &'a PolicySet,
+        pods: &'a PodIndex,
+        clearing: &'a Clearing,
+        now: Timestamp,
+    ) -> Self {
+        GateKeeper {
+            ctx,
+            set,
+            pods,
+            clearing,
+            now,
+            nodes: OnceCell::new(),
+            wake: Default::default(),
+            zone_held: Default::default(),
+        }
+    }
+
+    fn nodes(&self) -> Vec<&NodeView> {
+        self.nodes
+            .get_or_init(|| self.ctx.nodes.state())
+            .iter()
+            .map(|n| &n.view)
+            .collect()
+    }
+
+    /// Policy `i`'s gate on `node`, evaluated as `eval`.
+    pub fn gate(&self, i: usize, node: &NodeView, eval: &NodeEvaluation) -> DrainGate {
+        let Some(rules) = drain::rules_of(self.set, i) else {
+            return DrainGate::default();
+        };
+        let zone = drain::zone_of(&node.labels);
+        let zone_held = || {
+            rules.zone_pause.is_some() && {
+                let (matched, selected) =
+                    drain::zone_health(self.set, i, zone, self.nodes(), self.pods, self.now);
+                rules.zone_held(matched, selected)
+            }
+        };
+        let gated = self.ctx.drains.lock().expect("drain ledger lock").gate(
+            self.set,
+            i,
+            node,
+            eval.policies[i].verdict(),
+            self.clearing.evicted(i),
+            &zone_held,
+            &|| self.nodes(),
+            self.now,
+        );
+        match gated.wait {
+            Some(Wait::ZoneHeld) => self.zone_held.set(true),
+            Some(w) => {
+                if let Some(at) = w.until() {
+                    self.wake
+                        .set(Some(self.wake.get().map_or(at, |t| t.min(at))));
+                }
+            }
+            None => {}
+        }
+        gated.gate
+    }
+}
+
+/// Events for the drains a write started and finished.
+pub fn report(
+    ctx: &Context,
+    set: &PolicySet,
+    node: &CachedNode,
+    plan: &NodePlan,
+    clearing: &Clearing,
+) {
+    let name = node.name();
+    for policy in &plan.drain_started {
+        let Some(i) = set.index_of(policy) else {
+            continue;
+        };
+        let taints = describe(drain::drained_taints(set, i));
+        let how = match drain::rules_of(set, i) {
+            Some(r) if r.respect_budgets => {
+                "the pods that do not tolerate it are evicted through the Eviction API first"
+            }
+            _ => "nothing is evicted first (respectDisruptionBudgets: false)",
+        };
+        tracing::info!(node = name, policy = %policy, "drain started");
+        emit(
+            ctx,
+            node,
+            "DrainStarted",
+            format!(
+                "policy {policy} started draining the node before {taints} goes on as NoExecute (NoSchedule until then); {how}"
+            ),
+        );
+    }
+    for policy in &plan.drain_finished {
+        let Some(i) = set.index_of(policy) else {
+            continue;
+        };
+        let taints = describe(drain::drained_taints(set, i));
+        let rules = drain::rules_of(set, i);
+        let why = match (rules, clearing.round(i)) {
+            (Some(r), _) if !r.respect_budgets => {
+                "nothing evicted (respectDisruptionBudgets: false)".to_string()
+            }
+            (_, Some(r)) if r.done() => "every pod in the way was evicted".to_string(),
+            (_, Some(r)) => format!(
+                "drainTimeout passed with {} pod(s) still in the way ({})",
+                r.remaining.len(),
+                r.remaining.join(", ")
+            ),
+            // A drain that waits for evictions always runs a round, unless its
+            // timeout has passed.
+            (rules, None) => format!(
+                "drainTimeout {} passed",
+                rules
+                    .and_then(|r| r.drain_timeout_source.as_deref())
+                    .unwrap_or("")
+            ),
+        };
+        tracing::info!(node = name, policy = %policy, why = %why, "drain finished; switched to NoExecute");
+        emit(
+            ctx,
+            node,
+            "DrainFinished",
+            format!("policy {policy} switched {taints} to NoExecute: {why}"),
+        );
+    }
+}
+
+fn emit(ctx: &Context, node: &CachedNode, reason: &str, note: String) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(cut(note)),
+        action: "Drain".into(),
+        secondary: None,
+    };
+    ctx.emit(event, node.object_ref(&()));
+}
+
+fn describe<'t>(taints: impl Iterator<Item = &'t PolicyTaint>) -> String {
+    taints
+        .map(|t| match &t.value {
+            Some(v) => format!("{}={}", t.key, v),
+            None => t.key.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An event note holds 1 kB.
+fn cut(note: String) -> String {
+    if note.len() <= 1000 {
+        return note;
+    }
+    let mut at = 997;
+    while !note.is_char_boundary(at) {
+        at -= 1;
+    }
+    format!("{}...", &note[..at])
+}
