@@ -10,11 +10,11 @@
 //! where too many nodes match holds its switches.
 //!
 //! Everything here is pure: where a node is ([`step_of`]), what may happen next
-//! ([`gate`]), the per-zone pace ([`Pacer`]) and which pods are in the way
-//! ([`pod_fate`]). The controller does the evictions and keeps its pacers between
+//! ([`gate`]) and which pods are in the way ([`pod_fate`]); the per-zone pace is
+//! `pace`. The controller does the evictions and keeps its paces between
 //! reconciles; `plan` and the status writer make fresh ones from the nodes.
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::{
     api::core::v1::{Pod, Taint, Toleration},
@@ -358,70 +358,6 @@ pub fn add(t: Timestamp, d: Duration) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
-/// One paced step of one policy in one zone: turns one interval apart, first come
-/// first served, no burst.
-///
-/// A node asking for its turn gets the first moment at least one interval after
-/// every turn reserved or taken so far, and keeps it while it waits, so each
-/// waiting node is woken once, at its turn. A node that took its step moves the
-/// pace on from when it actually did; a node that stops waiting gives its turn
-/// back (the turns after it stay where they are: a gap, never a burst).
-#[derive(Debug, Clone)]
-pub struct Pacer {
-    interval: Duration,
-    /// The latest step taken (on any replica: seeded from the nodes).
-    last: Option<Timestamp>,
-    reserved: HashMap<String, Timestamp>,
-}
-
-impl Pacer {
-    /// `last`: the latest step of this kind the nodes record ([`history`]).
-    pub fn new(interval: Duration, last: Option<Timestamp>) -> Self {
-        Pacer {
-            interval,
-            last,
-            reserved: HashMap::new(),
-        }
-    }
-
-    /// A spec edit changed the pace; turns reserved so far stay.
-    pub fn set_interval(&mut self, interval: Duration) {
-        self.interval = interval;
-    }
-
-    /// When `node` may take its step: its reserved turn (reserved now if it has
-    /// none), never sooner than one interval after the last step taken.
-    pub fn slot(&mut self, node: &str, now: Timestamp) -> Timestamp {
-        let after_last = self.last.map(|l| add(l, self.interval));
-        if let Some(&turn) = self.reserved.get(node) {
-            return after_last.map_or(turn, |a| a.max(turn));
-        }
-        let after_reserved = self.reserved.values().max().map(|&r| add(r, self.interval));
-        let turn = [Some(now), after_last, after_reserved]
-            .into_iter()
-            .flatten()
-            .max()
-            .expect("now is there");
-        self.reserved.insert(node.to_string(), turn);
-        turn
-    }
-
-    /// `node` took its step at `at`, its turn having come.
-    pub fn used(&mut self, node: &str, at: Timestamp) {
-        self.reserved.remove(node);
-        self.last = Some(self.last.map_or(at, |l| l.max(at)));
-    }
-
-    /// `node` no longer waits (it healed, left, or its policy changed).
-    pub fn release(&mut self, node: &str) {
-        self.reserved.remove(node);
-    }
-
-    pub fn waiting(&self) -> usize {
-        self.reserved.len()
-    }
-}
-
 /// The latest drain start and switch policy `i` recorded on `node`: its
 /// drain-start record, and the `timeAdded` of the NoExecute taints it owns there.
 /// What a new pacer is seeded with, so the pace survives a failover.
@@ -637,41 +573,6 @@ mod tests {
         assert_eq!(
             rules(serde_json::json!({"nodesPerMinute": 6})).interval(),
             Some(Duration::from_secs(10))
-        );
-    }
-
-    #[test]
-    fn a_pacer_hands_out_turns_one_interval_apart_in_order_of_asking() {
-        let now = t("2026-11-20T12:00:00Z");
-        let mut p = Pacer::new(Duration::from_secs(10), None);
-        assert_eq!(p.slot("a", now), now);
-        assert_eq!(p.slot("b", now), t("2026-11-20T12:00:10Z"));
-        assert_eq!(p.slot("c", now), t("2026-11-20T12:00:20Z"));
-        // Asking again keeps the turn.
-        assert_eq!(
-            p.slot("b", t("2026-11-20T12:00:05Z")),
-            t("2026-11-20T12:00:10Z")
-        );
-        // a took its step late: b's turn moves to one interval after it.
-        p.used("a", t("2026-11-20T12:00:03Z"));
-        assert_eq!(p.slot("b", now), t("2026-11-20T12:00:13Z"));
-        // b healed: its turn is a gap, c keeps its own.
-        p.release("b");
-        assert_eq!(p.slot("c", now), t("2026-11-20T12:00:20Z"));
-        assert_eq!(p.waiting(), 1);
-    }
-
-    #[test]
-    fn a_pacer_seeded_with_a_recent_step_waits_an_interval_from_it() {
-        let mut p = Pacer::new(Duration::from_secs(10), Some(t("2026-11-20T11:59:55Z")));
-        assert_eq!(
-            p.slot("a", t("2026-11-20T12:00:00Z")),
-            t("2026-11-20T12:00:05Z")
-        );
-        let mut p = Pacer::new(Duration::from_secs(10), Some(t("2026-11-20T11:00:00Z")));
-        assert_eq!(
-            p.slot("a", t("2026-11-20T12:00:00Z")),
-            t("2026-11-20T12:00:00Z")
         );
     }
 

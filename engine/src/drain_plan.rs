@@ -17,7 +17,8 @@ use k8s_openapi::jiff::Timestamp;
 use crate::{
     cluster::NodeView,
     decision::Verdict,
-    drain::{self, DrainStep, GateFacts, Gated, PaceKind, Pacer},
+    drain::{self, DrainStep, GateFacts, Gated, PaceKind},
+    pace::Pacer,
     policy_set::PolicySet,
 };
 

@@ -27,6 +27,7 @@ pub mod explain;
 pub mod labels;
 pub mod node_plan;
 pub mod ownership;
+pub mod pace;
 pub mod policy;
 pub mod policy_set;
 pub mod selector;

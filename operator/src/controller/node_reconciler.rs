@@ -177,12 +177,20 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
         ctx.pod_watches.reevaluate(wake);
     }
     let wrote = written.is_some();
+    // A drain this write started has pods to evict: that is the next reconcile's
+    // first job, whatever else wakes the node.
+    let drain_started = written
+        .as_ref()
+        .is_some_and(|w| !w.plan.drain_started.is_empty());
     if let Some(w) = written {
         ctx.wrote(&w.base_resource_version, &w.node);
         report(ctx, &w.node, &w.plan);
         node_drains::report(ctx, set, &w.node, &w.plan, &clearing);
     }
     let mut next_check = next_check.into_inner().expect("next check lock");
+    if drain_started {
+        next_check = Some(now);
+    }
     let mut soonest = |at: Timestamp| next_check = Some(next_check.map_or(at, |t| t.min(at)));
     let after = |d: Duration| {
         now.checked_add(k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or_default())
