@@ -9,7 +9,7 @@ use crate::{
     cluster::{NodeView, PodIndex},
     decision::{NodeFacts, Verdict},
     drain,
-    drain_plan::ClusterDrains,
+    drain_plan::{ClusterDrains, DrainWait},
     node_plan::{
         Evaluated, Gates, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan,
     },
@@ -68,6 +68,8 @@ pub struct ClusterPlan {
     /// Oldest policy first.
     pub policies: Vec<PolicySummary>,
     pub next_check: Option<Timestamp>,
+    /// The drains that wait, and for what.
+    pub drain_waits: Vec<DrainWait>,
 }
 
 impl ClusterPlan {
@@ -271,6 +273,7 @@ pub fn plan_cluster_evicted(
         changes: plans,
         policies,
         next_check,
+        drain_waits: drains.into_waits(),
     }
 }
 

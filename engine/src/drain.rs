@@ -501,6 +501,32 @@ pub fn pod_fate<'t>(pod: &Pod, taints: impl IntoIterator<Item = &'t PolicyTaint>
     }
 }
 
+/// The pods of `pods` a drain before `taints` evicts ([`PodFate::Evict`]).
+pub fn in_the_way<'p, 't>(
+    pods: &'p [Pod],
+    taints: &'t [&'t PolicyTaint],
+) -> impl Iterator<Item = &'p Pod> + use<'p, 't> {
+    pods.iter()
+        .filter(move |p| pod_fate(p, taints.iter().copied()) == PodFate::Evict)
+}
+
+/// `namespace/name` of a pod.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The policies whose drain of `node` has started and not switched yet: the ones
+/// whose pods in the way matter now.
+pub fn draining(set: &PolicySet, node: &NodeView) -> Vec<usize> {
+    (0..set.policies.len())
+        .filter(|&i| matches!(step(set, i, node), DrainStep::Draining { .. }))
+        .collect()
+}
+
 /// Kubernetes' rule: a toleration matches a taint when its effect is empty or the
 /// same, and either `Exists` with an empty or equal key, or `Equal` (the default)
 /// with an equal key and value.

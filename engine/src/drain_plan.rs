@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::{
     cluster::NodeView,
     decision::Verdict,
-    drain::{self, DrainStep, GateFacts, Gated, PaceKind},
+    drain::{self, DrainStep, GateFacts, Gated, PaceKind, Wait},
     pace::Pacer,
     policy_set::PolicySet,
 };
@@ -36,6 +36,15 @@ pub struct ClusterDrains<'a> {
     history: HashMap<(Zone<'a>, PaceKind), Timestamp>,
     pacers: RefCell<HashMap<(Zone<'a>, PaceKind), Pacer>>,
     next_check: Cell<Option<Timestamp>>,
+    waits: RefCell<Vec<DrainWait>>,
+}
+
+/// What a node's drain of one policy waits for after a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainWait {
+    pub node: String,
+    pub policy: String,
+    pub wait: Wait,
 }
 
 impl<'a> ClusterDrains<'a> {
@@ -53,6 +62,7 @@ impl<'a> ClusterDrains<'a> {
             history: HashMap::new(),
             pacers: RefCell::default(),
             next_check: Cell::new(None),
+            waits: RefCell::default(),
         }
     }
 
@@ -144,9 +154,16 @@ impl<'a> ClusterDrains<'a> {
                 .expect("asked above")
                 .used(&node.name, self.now);
         }
-        if let Some(at) = gated.wait.and_then(|w| w.until()) {
-            self.next_check
-                .set(Some(self.next_check.get().map_or(at, |n| n.min(at))));
+        if let Some(wait) = gated.wait {
+            if let Some(at) = wait.until() {
+                self.next_check
+                    .set(Some(self.next_check.get().map_or(at, |n| n.min(at))));
+            }
+            self.waits.borrow_mut().push(DrainWait {
+                node: node.name.clone(),
+                policy: self.set.policies[i].name.clone(),
+                wait,
+            });
         }
         gated
     }
@@ -154,5 +171,10 @@ impl<'a> ClusterDrains<'a> {
     /// The earliest moment a waiting drain may move by itself (a turn, a timeout).
     pub fn next_check(&self) -> Option<Timestamp> {
         self.next_check.get()
+    }
+
+    /// What every drain gate that stayed closed waits for.
+    pub fn into_waits(self) -> Vec<DrainWait> {
+        self.waits.into_inner()
     }
 }

@@ -7,13 +7,16 @@
 //! [`ConditionState`], the critical-pod look-ups) the decision reads, so `explain`
 //! cannot tell a different story from the one `run` acts on.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::{apimachinery::pkg::util::intstr::IntOrString, jiff::Timestamp};
 use serde::Serialize;
 
 use crate::{
     cluster::{NodeView, PodIndex},
-    cluster_plan::plan_cluster,
+    cluster_plan::plan_cluster_evicted,
     decision::{ConditionState, NodeFacts, evaluate_node},
+    drain::{self, DrainStep, Wait},
     node_plan::{NodePlan, UnknownPolicies},
     ownership::taint_id,
     policy::Rules,
@@ -52,6 +55,8 @@ pub enum Action {
     None,
     /// Wanted, but `maxTaintedNodes` holds it back.
     Held,
+    /// Between NoSchedule and NoExecute: the drain waits (see `drain`).
+    Draining,
 }
 
 impl Action {
@@ -61,6 +66,7 @@ impl Action {
             Action::Remove => "remove",
             Action::None => "none",
             Action::Held => "held",
+            Action::Draining => "draining",
         }
     }
 }
@@ -93,6 +99,26 @@ pub struct PolicyExplanation {
     /// When a BootstrapOnly policy completed here (RFC 3339), if it did.
     pub bootstrap_completed_at: Option<String>,
     pub cap: Option<CapExplanation>,
+    /// `spec.eviction`: where the node is in the policy's drain.
+    pub drain: Option<DrainExplanation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainExplanation {
+    /// `idle`, `waiting` (the stand-in is on, the drain not started), `draining`
+    /// or `switched` (NoExecute is on).
+    pub step: &'static str,
+    /// The node's zone, for the pace and the zone hold (`""`: no zone label).
+    pub zone: String,
+    /// When the drain started (RFC 3339).
+    pub started_at: Option<String>,
+    /// When `drainTimeout` switches it anyway (RFC 3339).
+    pub timeout_at: Option<String>,
+    /// What the next step waits for, in words.
+    pub waiting_for: Option<String>,
+    /// The pods still in the way (`namespace/name`), when they were listed.
+    pub pods_in_the_way: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -188,7 +214,9 @@ pub struct PlannedChange {
 }
 
 /// Explains node `n` of `nodes`. The whole cluster is planned, as the controller
-/// does, because a `maxTaintedNodes` cap depends on the other nodes.
+/// does, because a `maxTaintedNodes` cap and a drain's pace depend on the other
+/// nodes. `in_the_way`: per policy, the pods still in the way of its drain of the
+/// node, where the caller listed them (a drain whose pods are not listed waits).
 pub fn explain_node(
     set: &PolicySet,
     nodes: &[NodeView],
@@ -196,9 +224,14 @@ pub fn explain_node(
     pods: &PodIndex,
     now: Timestamp,
     unknown: UnknownPolicies,
+    in_the_way: &BTreeMap<String, Vec<String>>,
 ) -> Explanation {
     let node = &nodes[n];
-    let cluster = plan_cluster(set, nodes, pods, now, unknown);
+    let refs: Vec<&NodeView> = nodes.iter().collect();
+    let evicted = |name: &str, policy: &str| {
+        name == node.name && in_the_way.get(policy).is_some_and(Vec::is_empty)
+    };
+    let cluster = plan_cluster_evicted(set, &refs, pods, now, unknown, &evicted);
     let plan = cluster.node_plan(n, node);
     let eval = evaluate_node(set, node, pods, now);
     let mut facts = NodeFacts::new(set, pods, node);
@@ -225,7 +258,22 @@ pub fn explain_node(
                     _ => Vec::new(),
                 },
                 wants_taint: pe.wants_taints(),
-                action: action(&plan, &p.name),
+                action: match action(&plan, &p.name) {
+                    Action::None
+                        if pe.wants_taints()
+                            && drain::step_of(
+                                set,
+                                i,
+                                &plan.taints,
+                                &plan.managed,
+                                &plan.drains,
+                            )
+                            .is_draining() =>
+                    {
+                        Action::Draining
+                    }
+                    other => other,
+                },
                 reasons: pe.reasons(),
                 conflict_with: conflicts.first().map(|c| c.owner.clone()),
                 conflicts: conflicts
@@ -261,6 +309,7 @@ pub fn explain_node(
                         tainted_nodes: summary.tainted_nodes,
                         held: plan.held.contains(&p.name),
                     }),
+                drain: explain_drain(set, i, node, &plan, &cluster.drain_waits, in_the_way),
             }
         })
         .collect();
@@ -295,6 +344,67 @@ pub fn explain_node(
         policies,
         changes,
     }
+}
+
+/// Where the node is in policy `i`'s drain once `plan` is applied, and what it
+/// waits for.
+fn explain_drain(
+    set: &PolicySet,
+    i: usize,
+    node: &NodeView,
+    plan: &NodePlan,
+    waits: &[crate::drain_plan::DrainWait],
+    in_the_way: &BTreeMap<String, Vec<String>>,
+) -> Option<DrainExplanation> {
+    let rules = drain::rules_of(set, i)?;
+    drain::drained_taints(set, i).next()?;
+    let p = &set.policies[i];
+    let step = drain::step_of(set, i, &plan.taints, &plan.managed, &plan.drains);
+    let zone = drain::zone_of(&node.labels).to_string();
+    let started = plan.drains.started(&p.name);
+    let wait = waits
+        .iter()
+        .find(|w| w.node == node.name && w.policy == p.name)
+        .map(|w| w.wait);
+    let pods = in_the_way.get(&p.name).cloned();
+    let zone_name = if zone.is_empty() {
+        "(no zone label)".to_string()
+    } else {
+        zone.clone()
+    };
+    let waiting_for = match (step, wait) {
+        (DrainStep::Switched | DrainStep::Idle, _) => None,
+        (_, Some(Wait::StartSlot(at))) => Some(format!(
+            "its turn to start draining in zone {zone_name}, at {at}"
+        )),
+        (_, Some(Wait::SwitchSlot(at))) => Some(format!(
+            "its turn to switch to NoExecute in zone {zone_name}, at {at}"
+        )),
+        (_, Some(Wait::ZoneHeld)) => Some(format!(
+            "zone {zone_name} to heal: too many of its nodes match (pauseWhenZoneUnhealthy)"
+        )),
+        (_, Some(Wait::Evictions { .. })) => Some(match &pods {
+            Some(pods) => format!("{} pod(s) in the way to be evicted", pods.len()),
+            None => "the pods in the way to be evicted".to_string(),
+        }),
+        (_, None) => Some("the operator's next reconcile".to_string()),
+    };
+    Some(DrainExplanation {
+        step: match step {
+            DrainStep::Idle => "idle",
+            DrainStep::Waiting => "waiting",
+            DrainStep::Draining { .. } => "draining",
+            DrainStep::Switched => "switched",
+        },
+        zone,
+        started_at: started.map(|t| t.to_string()),
+        timeout_at: match (step, started, rules.drain_timeout) {
+            (DrainStep::Draining { .. }, Some(t), Some(d)) => Some(drain::add(t, d).to_string()),
+            _ => None,
+        },
+        waiting_for,
+        pods_in_the_way: pods,
+    })
 }
 
 /// What the node's plan does with the policy's taints.

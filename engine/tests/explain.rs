@@ -28,6 +28,7 @@ fn explain_at(w: &World, node: &str, at: k8s_openapi::jiff::Timestamp) -> Explan
         &PodIndex::from_pods(&w.pods),
         at,
         UnknownPolicies::Remove,
+        &Default::default(),
     )
 }
 
@@ -304,6 +305,78 @@ fn the_json_has_the_contract_members() {
     assert_eq!(p["reasons"][0], "condition NIC=Kaput matched");
     assert!(p["conflictWith"].is_null());
     assert_eq!(p["matchers"][0]["conditions"][0]["type"], "NIC");
+}
+
+#[test]
+fn a_drain_shows_its_step_zone_start_timeout_and_the_pods_in_the_way() {
+    let w = World::new()
+        .policy(
+            policy("p")
+                .taint(KEY, "yes", NoExecute)
+                .matcher([cond("NIC", "Kaput")])
+                .eviction(serde_json::json!({"drainTimeout": "10m"})),
+        )
+        .node(
+            node("n1")
+                .zone("a")
+                .condition("NIC", "Kaput")
+                .owned_taint(KEY, "yes", NoSchedule, "p")
+                .drain_started("p", "2026-11-20T11:58:00Z"),
+        );
+    let views = w.views();
+    let in_the_way: std::collections::BTreeMap<String, Vec<String>> =
+        [("p".to_string(), vec!["web/web-1".to_string()])].into();
+    let e = explain_node(
+        &w.set(),
+        &views,
+        0,
+        &PodIndex::new(),
+        now(),
+        UnknownPolicies::Remove,
+        &in_the_way,
+    );
+    let p = policy_of(&e, "p");
+    assert_eq!(p.action, Action::Draining);
+    assert_eq!(p.action.as_str(), "draining");
+    let d = p.drain.as_ref().expect("a drain");
+    assert_eq!((d.step, d.zone.as_str()), ("draining", "a"));
+    assert_eq!(d.started_at.as_deref(), Some("2026-11-20T11:58:00Z"));
+    assert_eq!(d.timeout_at.as_deref(), Some("2026-11-20T12:08:00Z"));
+    assert_eq!(
+        d.waiting_for.as_deref(),
+        Some("1 pod(s) in the way to be evicted")
+    );
+    assert_eq!(
+        d.pods_in_the_way.as_deref(),
+        Some(&["web/web-1".to_string()][..])
+    );
+    assert!(e.changes.is_empty());
+    // The pods gone, the next write switches.
+    let gone: std::collections::BTreeMap<String, Vec<String>> = [("p".to_string(), vec![])].into();
+    let e = explain_node(
+        &w.set(),
+        &views,
+        0,
+        &PodIndex::new(),
+        now(),
+        UnknownPolicies::Remove,
+        &gone,
+    );
+    let p = policy_of(&e, "p");
+    assert_eq!(p.action, Action::Add);
+    assert_eq!(p.drain.as_ref().unwrap().step, "switched");
+    let changes: Vec<(&str, &str)> = e
+        .changes
+        .iter()
+        .map(|c| (c.action.as_str(), c.taint.as_str()))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("add", "example.com/broken=yes:NoExecute"),
+            ("remove", "example.com/broken=yes:NoSchedule")
+        ]
+    );
 }
 
 proptest! {

@@ -29,8 +29,22 @@ pub async fn run(node: &str, output: Output, now: Timestamp) -> Result<String, L
         .position(|v| v.name == node)
         // Deleted between the get and the list.
         .ok_or_else(|| LiveError::NodeNotFound(node.to_string()))?;
+    let in_the_way = live
+        .pods_in_the_way(&set, [&nodes[n]])
+        .await?
+        .into_iter()
+        .map(|((_, policy), pods)| (policy, pods))
+        .collect();
     // The controller knows every policy, so it removes what a gone policy owned.
-    let explanation = explain_node(&set, &nodes, n, &pods, now, UnknownPolicies::Remove);
+    let explanation = explain_node(
+        &set,
+        &nodes,
+        n,
+        &pods,
+        now,
+        UnknownPolicies::Remove,
+        &in_the_way,
+    );
     Ok(render(&explanation, output))
 }
 
@@ -214,5 +228,26 @@ fn policy(out: &mut String, p: &PolicyExplanation) {
     }
     if let Some(at) = &p.bootstrap_completed_at {
         line(out, "bootstrap:", &format!("completed at {at}"));
+    }
+    if let Some(d) = &p.drain {
+        let mut text = d.step.to_string();
+        if !d.zone.is_empty() {
+            let _ = write!(text, " (zone {})", d.zone);
+        }
+        if let Some(at) = &d.started_at {
+            let _ = write!(text, ", started {at}");
+        }
+        if let Some(at) = &d.timeout_at {
+            let _ = write!(text, ", drainTimeout at {at}");
+        }
+        if let Some(w) = &d.waiting_for {
+            let _ = write!(text, "; waits for {w}");
+        }
+        line(out, "drain:", &text);
+        if let Some(pods) = &d.pods_in_the_way
+            && !pods.is_empty()
+        {
+            line(out, "in the way:", &pods.join(", "));
+        }
     }
 }

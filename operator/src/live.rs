@@ -6,6 +6,8 @@
 //! and pods are decoded by the controller's slim decoders, so a 5,000-node
 //! cluster is read in a few seconds and little memory.
 
+use std::collections::BTreeMap;
+
 use kube::{
     Api, Client,
     api::{ListParams, ObjectList},
@@ -15,13 +17,19 @@ use taint_operator_crd::TaintPolicy;
 
 use crate::{
     cache::{node_cache::CachedNode, pod_watch::wanted_watches, slim::SlimPod},
+    drain::evictor,
     run::{self, describe, one_line},
     telemetry::metrics::Metrics,
 };
 use engine::{
     cluster::{NodeView, PodIndex},
+    drain,
     policy_set::PolicySet,
 };
+
+/// Per node and policy, the pods still in the way of the policy's drain of the node
+/// (`namespace/name`).
+pub type InTheWay = BTreeMap<(String, String), Vec<String>>;
 
 /// Why the cluster could not be read, on one line.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +124,36 @@ impl Live {
             a.metadata.namespace == b.metadata.namespace && a.metadata.name == b.metadata.name
         });
         Ok(PodIndex::from_pods(&pods))
+    }
+}
+
+impl Live {
+    /// The pods in the way of every drain of `nodes` that has started and not
+    /// switched: one list of each such node's pods (field selector
+    /// `spec.nodeName`), as the controller lists them before it evicts.
+    pub async fn pods_in_the_way<'n>(
+        &self,
+        set: &PolicySet,
+        nodes: impl IntoIterator<Item = &'n NodeView>,
+    ) -> Result<InTheWay, LiveError> {
+        let mut out = InTheWay::new();
+        for node in nodes {
+            let draining = drain::draining(set, node);
+            if draining.is_empty() {
+                continue;
+            }
+            let pods = evictor::pods_on(&self.client, &node.name)
+                .await
+                .map_err(|e| self.failed(&format!("list the pods of node {}", node.name), e))?;
+            for i in draining {
+                let taints: Vec<_> = drain::drained_taints(set, i).collect();
+                let names = drain::in_the_way(&pods, &taints)
+                    .map(drain::pod_key)
+                    .collect();
+                out.insert((node.name.clone(), set.policies[i].name.clone()), names);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -15,7 +15,7 @@ use taint_operator_crd::{TaintPolicy, validate_policy};
 use crate::live::{Live, LiveError};
 use engine::{
     cluster::{NodeView, PodIndex},
-    cluster_plan::{ClusterPlan, plan_cluster},
+    cluster_plan::{ClusterPlan, plan_cluster, plan_cluster_evicted},
     node_plan::UnknownPolicies,
     policy_set::PolicySet,
 };
@@ -122,9 +122,16 @@ pub async fn run_live(args: &LiveArgs) -> Result<String, PlanError> {
     let set = PolicySet::from_resources(&policies);
     let pods = live.pods(&set).await?;
     let nodes = live.nodes().await?;
+    let in_the_way = live.pods_in_the_way(&set, &nodes).await?;
+    let evicted = |node: &str, policy: &str| {
+        in_the_way
+            .get(&(node.to_string(), policy.to_string()))
+            .is_some_and(Vec::is_empty)
+    };
     // Every policy is known, as the controller knows them: what a policy that no
     // longer exists owns is removed, as the controller would.
-    let plan = plan_cluster(&set, &nodes, &pods, now, UnknownPolicies::Remove);
+    let refs: Vec<&NodeView> = nodes.iter().collect();
+    let plan = plan_cluster_evicted(&set, &refs, &pods, now, UnknownPolicies::Remove, &evicted);
     Ok(render(&plan, now, args.output))
 }
 

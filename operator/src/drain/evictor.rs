@@ -10,33 +10,13 @@ use serde_json::json;
 use taint_operator_crd::PolicyTaint;
 
 use crate::telemetry::metrics::{EvictionLabels, Metrics};
-use engine::drain::{PodFate, pod_fate};
+use engine::drain::{in_the_way, pod_key};
 
 /// The pods bound to `node` (field selector `spec.nodeName`), whole: their
 /// tolerations and owners decide their fate.
 pub async fn pods_on(client: &Client, node: &str) -> Result<Vec<Pod>, kube::Error> {
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
     Ok(Api::<Pod>::all(client.clone()).list(&params).await?.items)
-}
-
-/// `namespace/name` of a pod.
-pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-/// The pods in the way of `taints` (the drained NoExecute taints): those a drain
-/// evicts ([`PodFate::Evict`]), as `namespace/name`.
-pub fn in_the_way<'p>(
-    pods: &'p [Pod],
-    taints: &[&PolicyTaint],
-) -> impl Iterator<Item = &'p Pod> + use<'p> {
-    let taints: Vec<PolicyTaint> = taints.iter().map(|t| (*t).clone()).collect();
-    pods.iter()
-        .filter(move |p| pod_fate(p, &taints) == PodFate::Evict)
 }
 
 /// An eviction a PodDisruptionBudget refused (429).
