@@ -22,6 +22,7 @@ FULLNAME = f"{RELEASE}-taint-operator"
 OPERATOR_SELECTOR = f"app.kubernetes.io/name=taint-operator,app.kubernetes.io/instance={RELEASE}"
 MANAGED = "nodetaint.io/managed-taints"
 BOOTSTRAPPED = "nodetaint.io/bootstrapped"
+DRAIN_STARTED = "nodetaint.io/drain-started"
 # Every taint the tests' policies own has this key prefix.
 TEST_TAINT_PREFIX = "e2e.nodetaint.io/"
 

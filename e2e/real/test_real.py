@@ -13,6 +13,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 import k8s
 from conftest import HELM_TIMEOUT, MEASUREMENTS
 from k8s import BOOTSTRAPPED, MANAGED, TEST_TAINT_PREFIX, kubectl, wait_until
@@ -352,6 +354,314 @@ def test_3_noexecute_evicts_ordinary_pods_not_the_operator(release):
         k8s.set_condition("E2EBroken", "False")
         k8s.delete_policies(name)
         delete_namespace(EVICT_NS)
+
+
+# --------------------------------------------------------------------------- 3b, 3c: drains
+
+DRAIN_NS = "e2e-drain"
+DRAIN_KEY = TEST_TAINT_PREFIX + "drain"
+DRAIN_TIMEOUT_KEY = TEST_TAINT_PREFIX + "drain-timeout"
+WEB = "app=e2e-drain-web"
+NODE_AGENT = "app=e2e-drain-agent"
+PDB = "web-pdb"
+
+
+def drain_workloads_manifests() -> list[dict]:
+    """A DaemonSet tolerating everything and a one-replica Deployment tolerating nothing."""
+
+    def spec(labels: dict, **extra) -> dict:
+        return {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [busybox_container("main", LOOP)], **extra},
+            },
+        }
+
+    agent = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "node-agent", "namespace": DRAIN_NS},
+        "spec": spec({"app": "e2e-drain-agent"}, tolerations=[{"operator": "Exists"}]),
+    }
+    web = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": DRAIN_NS},
+        "spec": {"replicas": 1, **spec({"app": "e2e-drain-web"})},
+    }
+    return [agent, web]
+
+
+def drain_pdb(min_available: int) -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": PDB, "namespace": DRAIN_NS},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "e2e-drain-web"}}},
+    }
+
+
+def drain_policy(name: str, key: str, condition: str, eviction: dict) -> dict:
+    pol = k8s.matcher_policy(name, key, condition, effect="NoExecute")
+    pol["spec"]["eviction"] = eviction
+    return pol
+
+
+def running(selector: str) -> list[dict]:
+    """Pods of DRAIN_NS Running and Ready, not terminating."""
+    return [p for p in k8s.pods(DRAIN_NS, selector) if p["status"].get("phase") == "Running" and k8s.pod_ready(p)]
+
+
+def one_running(selector: str, timeout: float = 60) -> dict:
+    return wait_until(f"one pod {selector} Running and Ready", lambda: (lambda ps: ps[0] if len(ps) == 1 else None)(running(selector)), timeout, 0.5)
+
+
+def pdb_blocks() -> dict | None:
+    """The budget as the disruption controller sees it: one healthy pod, no disruption allowed."""
+    pdb = k8s.get("poddisruptionbudget", PDB, DRAIN_NS) or {}
+    st = pdb.get("status") or {}
+    seen = st.get("observedGeneration") == pdb.get("metadata", {}).get("generation")
+    return pdb if seen and st.get("currentHealthy") == 1 and st.get("disruptionsAllowed") == 0 else None
+
+
+def effects(key: str) -> list[str]:
+    return sorted(t["effect"] for t in k8s.taints() if t["key"] == key)
+
+
+def drain_started(policy: str) -> float | None:
+    at = json.loads(k8s.annotations().get(k8s.DRAIN_STARTED, "{}")).get(policy)
+    return k8s.parse_time(at) if at else None
+
+
+def node_events(reason: str, policy: str, since: float) -> list[dict]:
+    """events.k8s.io events on the node with this reason whose note names the
+    policy, last seen at `since` or later (a cluster kept up between rounds keeps
+    older ones)."""
+    out = []
+    for e in k8s.items("events.v1.events.k8s.io", "-n", "default"):
+        regarding = e.get("regarding") or {}
+        note = e.get("note") or ""
+        stamps = (e.get("eventTime"), (e.get("series") or {}).get("lastObservedTime"), e.get("deprecatedLastTimestamp"))
+        seen = max((k8s.parse_time(t) for t in stamps if t), default=0.0)
+        if (
+            e.get("reason") == reason
+            and regarding.get("kind") == "Node"
+            and regarding.get("name") == k8s.node_name()
+            and (note.startswith(f"policy {policy}:") or note.startswith(f"policy {policy} "))
+            and seen >= since - 1
+        ):
+            out.append(e)
+    return out
+
+
+def drain_status(name: str) -> tuple:
+    st = (k8s.get("taintpolicy", name) or {}).get("status") or {}
+    ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
+    return st.get("drainingNodes", 0), ready.get("status"), ready.get("reason")
+
+
+def evictions_logged(logs: k8s.LogFollower, policy: str) -> list[str]:
+    """The pods the operator says it evicted for the policy's drain (its log lines)."""
+    return [
+        line.get("pod")
+        for lines in list(logs.lines.values())
+        for line in list(lines)
+        if line.get("message") == "evicted for the drain" and line.get("policy") == policy
+    ]
+
+
+def eviction_counts(policy: str) -> dict[str, int]:
+    """taint_operator_evictions_total of the policy by outcome, from the leader's /metrics."""
+    pod = k8s.get("pod", k8s.lease_holder(), k8s.NAMESPACE)
+    url = f"http://{pod['status']['podIP']}:8080/metrics"
+    body = subprocess.run(["curl", "-sf", "--max-time", "5", url], capture_output=True, text=True).stdout
+    counts: dict[str, int] = {}
+    for line in body.splitlines():
+        if line.startswith("taint_operator_evictions_total{") and f'policy="{policy}"' in line:
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def gone_or_terminating(pod: dict) -> bool:
+    now = k8s.get("pod", pod["metadata"]["name"], DRAIN_NS)
+    return not now or now["metadata"]["uid"] != pod["metadata"]["uid"] or bool(now["metadata"].get("deletionTimestamp"))
+
+
+def same_pod_untouched(before: dict) -> dict:
+    """The same pod (uid), Running, Ready, not terminating, no restart."""
+    now = k8s.get("pod", before["metadata"]["name"], DRAIN_NS)
+    assert now and now["metadata"]["uid"] == before["metadata"]["uid"], f"pod {before['metadata']['name']} was replaced"
+    assert not now["metadata"].get("deletionTimestamp"), f"pod {before['metadata']['name']} is terminating"
+    assert now["status"].get("phase") == "Running" and k8s.pod_ready(now), now["status"]
+    restarts = now["status"]["containerStatuses"][0]["restartCount"]
+    assert restarts == before["status"]["containerStatuses"][0]["restartCount"], f"restarted: {restarts}"
+    return now
+
+
+def assert_policy_left_nothing(name: str, key: str) -> None:
+    obj = k8s.node()
+    assert not [t for t in k8s.taints(obj) if t["key"] == key], k8s.taints(obj)
+    notes = k8s.annotations(obj)
+    managed = json.loads(notes.get(MANAGED, "{}"))
+    assert name not in managed.values(), f"{MANAGED} still names {name}: {managed}"
+    assert name not in json.loads(notes.get(k8s.DRAIN_STARTED, "{}")), notes.get(k8s.DRAIN_STARTED)
+
+
+@pytest.fixture(scope="class")
+def drain_workloads(release):
+    """The DaemonSet and the Deployment of TestDrains, for the class's tests; all
+    gone after its last test."""
+    try:
+        k8s.apply(namespace(DRAIN_NS))
+        wait_until("default ServiceAccount in " + DRAIN_NS, lambda: k8s.get("serviceaccount", "default", DRAIN_NS), 30)
+        k8s.apply(*drain_workloads_manifests())
+        yield
+    finally:
+        for c in ("E2EDrain", "E2EDrainTimeout"):
+            k8s.set_condition(c, "False")
+        k8s.delete_policies("e2e-drain-budget", "e2e-drain-timeout")
+        delete_namespace(DRAIN_NS)
+
+
+class TestDrains:
+    """spec.eviction on the one node: a PodDisruptionBudget that allows no disruption
+    holds the NoExecute taint back as NoSchedule; relaxing it (or drainTimeout)
+    lets it switch."""
+
+    def test_3b_a_budget_holds_the_drain_until_relaxed(self, release, drain_workloads):
+        name = "e2e-drain-budget"
+        logs = release["logs"]
+        since = time.time()
+        try:
+            k8s.apply(drain_pdb(1))
+            web = one_running(WEB)
+            agent = one_running(NODE_AGENT)
+            wait_until(f"PodDisruptionBudget {PDB} allows no disruption", pdb_blocks, 30, 0.5)
+            web_key = f"{DRAIN_NS}/{web['metadata']['name']}"
+
+            # a) the node breaks: NoSchedule stand-in, the eviction blocked, reported, retried
+            k8s.apply(drain_policy(name, DRAIN_KEY, "E2EDrain", {}))
+            k8s.set_condition("E2EDrain", "True")
+            broke = time.monotonic()
+            wait_until(f"{DRAIN_KEY}:NoSchedule (the stand-in)", lambda: effects(DRAIN_KEY) == ["NoSchedule"], 5, 0.1)
+            started = drain_started(name)
+            assert started, f"no drain start of {name} in {k8s.DRAIN_STARTED}: {k8s.annotations()}"
+            while time.monotonic() - broke < 12:
+                assert effects(DRAIN_KEY) == ["NoSchedule"], f"{DRAIN_KEY} while the budget blocks: {effects(DRAIN_KEY)}"
+                time.sleep(0.2)
+            blocked = wait_until("an EvictionBlocked event", lambda: node_events("EvictionBlocked", name, since), 15, 0.5)
+            assert len(blocked) == 1, [e["note"] for e in blocked]
+            assert blocked[0]["type"] == "Warning", blocked[0]
+            note = blocked[0]["note"]
+            assert f"pod {web_key} " in note and f"PodDisruptionBudget {PDB}:" in note, note
+            wait_until("a DrainStarted event", lambda: node_events("DrainStarted", name, since), 10, 0.5)
+            same_pod_untouched(web)
+            same_pod_untouched(agent)
+            status = wait_until(
+                "status drainingNodes 1, Ready False, reason Draining",
+                lambda: (lambda s: s if s == (1, "False", "Draining") else None)(drain_status(name)),
+                15,
+                0.5,
+            )
+            assert effects(DRAIN_KEY) == ["NoSchedule"], effects(DRAIN_KEY)
+            counts = eviction_counts(name)
+            held = time.monotonic() - broke
+            # retried, with waits from 5 s growing: not once, not in a loop
+            assert 2 <= counts.get("blocked", 0) <= 4, f"blocked evictions in {held:.0f} s: {counts}"
+            assert not counts.get("evicted"), counts
+            MEASUREMENTS["drain: blocked eviction attempts while the budget held"] = f"{counts.get('blocked')} in {held:.0f} s"
+
+            # b) the budget relaxed: the pod goes, the taint turns NoExecute
+            relaxed_at = time.time()
+            relaxed = time.monotonic()
+            kubectl("patch", "pdb", PDB, "-n", DRAIN_NS, "--type=merge", "-p", '{"spec":{"minAvailable":0}}')
+            wait_until(f"{DRAIN_KEY}:NoExecute", lambda: effects(DRAIN_KEY) == ["NoExecute"], 90, 0.1)
+            took = time.monotonic() - relaxed
+            taint = next(t for t in k8s.taints() if t["key"] == DRAIN_KEY)
+            assert taint.get("timeAdded"), taint
+            assert k8s.parse_time(taint["timeAdded"]) >= int(relaxed_at) - 1, (taint, relaxed_at)
+            assert gone_or_terminating(web), f"{web_key} still running after the switch"
+            assert wait_until(f"{web_key} evicted in the operator's log", lambda: evictions_logged(logs, name), 5) == [web_key]
+            finished = wait_until("a DrainFinished event", lambda: node_events("DrainFinished", name, since), 15, 0.5)
+            assert "every pod in the way was evicted" in finished[0]["note"], finished[0]["note"]
+            assert eviction_counts(name).get("evicted") == 1, eviction_counts(name)
+            same_pod_untouched(agent)
+            wait_until("status drainingNodes 0", lambda: drain_status(name)[0] == 0, 15, 0.5)
+            MEASUREMENTS["drain: budget relaxed to NoExecute"] = (
+                f"{took:.1f} s (the next eviction retry; {counts.get('blocked')} refused before)"
+            )
+            MEASUREMENTS["drain: status Draining after the break"] = f"{status}"
+
+            # healed: the taint and the drain's record go
+            k8s.set_condition("E2EDrain", "False")
+            wait_until(f"{DRAIN_KEY} lifted", lambda: not effects(DRAIN_KEY), 5, 0.1)
+            wait_until("drain start removed", lambda: drain_started(name) is None, 5, 0.1)
+            same_pod_untouched(agent)
+        finally:
+            k8s.set_condition("E2EDrain", "False")
+            k8s.delete_policies(name)
+        assert_policy_left_nothing(name, DRAIN_KEY)
+
+    def test_3c_drain_timeout_switches_anyway(self, release, drain_workloads):
+        name = "e2e-drain-timeout"
+        logs = release["logs"]
+        since = time.time()
+        try:
+            # a fresh budget that allows no disruption, the web pod running again
+            kubectl("delete", "pdb", PDB, "-n", DRAIN_NS, "--ignore-not-found")
+            k8s.apply(drain_pdb(1))
+            web = one_running(WEB, 90)
+            agent = one_running(NODE_AGENT)
+            wait_until(f"PodDisruptionBudget {PDB} allows no disruption", pdb_blocks, 30, 0.5)
+            web_key = f"{DRAIN_NS}/{web['metadata']['name']}"
+
+            k8s.apply(drain_policy(name, DRAIN_TIMEOUT_KEY, "E2EDrainTimeout", {"drainTimeout": "20s"}))
+            k8s.set_condition("E2EDrainTimeout", "True")
+            wait_until(f"{DRAIN_TIMEOUT_KEY}:NoSchedule (the stand-in)", lambda: effects(DRAIN_TIMEOUT_KEY) == ["NoSchedule"], 5, 0.1)
+            started = wait_until("the drain start recorded", lambda: drain_started(name), 5, 0.1)
+            blocked = wait_until("an EvictionBlocked event", lambda: node_events("EvictionBlocked", name, since), 15, 0.5)
+            assert f"pod {web_key} " in blocked[0]["note"] and f"PodDisruptionBudget {PDB}:" in blocked[0]["note"], blocked[0]["note"]
+
+            # NoSchedule, the pod untouched, until drainTimeout has passed since the start
+            while effects(DRAIN_TIMEOUT_KEY) != ["NoExecute"]:
+                now = time.time()
+                assert effects(DRAIN_TIMEOUT_KEY) in (["NoSchedule"], ["NoExecute"]), effects(DRAIN_TIMEOUT_KEY)
+                assert now < started + 30, f"still {effects(DRAIN_TIMEOUT_KEY)} {now - started:.1f} s after the drain started"
+                if now < started + 19:
+                    same_pod_untouched(web)
+                time.sleep(0.1)
+            switched = time.time() - started
+            assert switched >= 20, f"switched {switched:.1f} s after the drain started, before drainTimeout 20s"
+            assert switched <= 25, f"switched {switched:.1f} s after the drain started"
+            taint = next(t for t in k8s.taints() if t["key"] == DRAIN_TIMEOUT_KEY)
+            added = k8s.parse_time(taint["timeAdded"]) - started
+            assert 20 <= added <= 25, f"timeAdded {taint['timeAdded']} is {added:.0f} s after the start"
+            MEASUREMENTS["drain: start to drainTimeout (20s) switch"] = (
+                f"{switched:.1f} s (polled every 0.1 s from the recorded start, whole seconds); timeAdded {added:.0f} s"
+            )
+            finished = wait_until("a DrainFinished event", lambda: node_events("DrainFinished", name, since), 15, 0.5)
+            assert "drainTimeout 20s passed" in finished[0]["note"], finished[0]["note"]
+            assert not evictions_logged(logs, name), evictions_logged(logs, name)
+            counts = eviction_counts(name)
+            assert 2 <= counts.get("blocked", 0) <= 4 and not counts.get("evicted"), counts
+            MEASUREMENTS["drain: blocked eviction attempts until drainTimeout"] = str(counts.get("blocked"))
+
+            # the taint manager, not the operator, deletes the pod now
+            wait_until(f"{web_key} deleted by the taint manager", lambda: gone_or_terminating(web), 30, 0.5)
+            evictions = k8s.items("events", "-n", DRAIN_NS, "--field-selector", f"involvedObject.name={web['metadata']['name']}")
+            assert any(e["reason"] == "TaintManagerEviction" for e in evictions), [e["reason"] for e in evictions]
+            same_pod_untouched(agent)
+
+            k8s.set_condition("E2EDrainTimeout", "False")
+            wait_until(f"{DRAIN_TIMEOUT_KEY} lifted", lambda: not effects(DRAIN_TIMEOUT_KEY), 5, 0.1)
+            wait_until("drain start removed", lambda: drain_started(name) is None, 5, 0.1)
+        finally:
+            k8s.set_condition("E2EDrainTimeout", "False")
+            k8s.delete_policies(name)
+        assert_policy_left_nothing(name, DRAIN_TIMEOUT_KEY)
+        assert_policy_left_nothing("e2e-drain-budget", DRAIN_KEY)
 
 
 # --------------------------------------------------------------------------- 4
