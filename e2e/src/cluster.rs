@@ -247,6 +247,39 @@ impl Harness {
     }
 }
 
+/// What a `kubectl` run said.
+pub struct KubectlRun {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Harness {
+    /// Runs `kubectl` with the admin kubeconfig, `stdin` on its standard input,
+    /// whatever its exit status.
+    pub async fn kubectl_input(&self, args: &[&str], stdin: &str) -> Result<KubectlRun> {
+        use tokio::io::AsyncWriteExt;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run kubectl: {e}"))?;
+        let mut input = child.stdin.take().expect("piped stdin");
+        input.write_all(stdin.as_bytes()).await?;
+        drop(input);
+        let out = child.wait_with_output().await?;
+        Ok(KubectlRun {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
 /// What `control-plane.sh start` gave.
 pub enum Started {
     /// Running (stopped when dropped), with the variables of its `DIR/env`.

@@ -13,10 +13,14 @@
 //! with the `maxTaintedNodes` cap and per-policy summaries). `drain` is how a
 //! policy with `spec.eviction` puts its NoExecute taints on in steps.
 //!
+//! `admission` says whether a policy is refused and what warnings it gets (the
+//! validating webhook and `plan` ask it alike).
+//!
 //! `cluster` holds the node and pod views the rules read, `ownership` the two node
 //! annotations that record what the operator added, and `labels`, `short_str`,
 //! `thin_str` the compact strings that keep those views small at 5,000 nodes.
 
+pub mod admission;
 pub mod cluster;
 pub mod cluster_plan;
 pub mod decision;

@@ -7,13 +7,15 @@
 //! | layer | modules | job |
 //! |---|---|---|
 //! | commands | `run`, `plan`, `explain`, `live` (and `crd` in `main`) | the CLI's subcommands; `live` reads the cluster once for `explain` and `plan --live` |
-//! | serving, leadership | `serve`, `leader` | HTTP endpoints and the webhook; the Lease |
+//! | serving, leadership | `serve`, `leader` | HTTP endpoints and the webhook server; the Lease |
+//! | admission | `admission` | what the webhooks answer: Node CREATE taints, TaintPolicy refusals and warnings |
 //! | controller | `controller` | queues, reconcilers, the node writer, events, status, the cap ledger |
 //! | drains | `drain` | the pace and eviction retries a drain remembers; listing and evicting a node's pods |
 //! | caches | `cache` | what the watches keep of nodes and pods, and how they decode |
 //! | leaves | `telemetry`, `memory`, `jitter` | logs and metrics; handing freed memory back; random spread on waits |
 //! | engine | the `engine` crate | the pure decision core |
 
+pub mod admission;
 pub mod cache;
 pub mod controller;
 pub mod drain;

@@ -64,9 +64,14 @@ struct RunArgs {
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
-    /// Serve the Node CREATE admission webhook (TLS) on this address.
+    /// Serve the admission webhooks (TLS) on this address: Node CREATE at
+    /// /mutate-node, TaintPolicy CREATE and UPDATE at /validate-taintpolicy.
     #[arg(long, requires_all = ["webhook_cert_file", "webhook_key_file"])]
     webhook_addr: Option<SocketAddr>,
+    /// The webhooks the API server calls (`node`, `taintpolicy`), as the chart
+    /// registers them; exported as taint_operator_webhook_registered for alerts.
+    #[arg(long, value_delimiter = ',', value_parser = ["node", "taintpolicy"])]
+    registered_webhooks: Vec<String>,
     /// PEM certificate for the webhook; reloaded when the file changes.
     #[arg(long)]
     webhook_cert_file: Option<PathBuf>,
@@ -140,6 +145,7 @@ fn run_command(args: RunArgs) -> ExitCode {
     let config = RunConfig {
         metrics_addr: args.metrics_addr,
         webhook,
+        registered_webhooks: args.registered_webhooks,
         leader_elect: args.leader_elect,
         lease_name: args.lease_name,
         lease_namespace: args.lease_namespace,

@@ -14,6 +14,7 @@ use taint_operator_crd::{TaintPolicy, validate_policy};
 
 use crate::live::{Live, LiveError};
 use engine::{
+    admission::{refusal, warnings},
     cluster::{NodeView, PodIndex},
     cluster_plan::{ClusterPlan, plan_cluster, plan_cluster_evicted},
     node_plan::UnknownPolicies,
@@ -109,7 +110,28 @@ pub fn run(args: &PlanArgs) -> Result<String, InputError> {
     let index = PodIndex::from_pods(&pods);
     // A dump need not hold every policy: leave what unknown ones own alone.
     let plan = plan_cluster(&set, &views, &index, now, UnknownPolicies::Keep);
-    Ok(render(&plan, now, args.output))
+    let warned = said(&set, &plan, policies.iter());
+    Ok(render(&plan, &warned, now, args.output))
+}
+
+/// The admission warnings of `policies` (the files' policies), each in `set` as
+/// planned in `plan`: what `kubectl apply` would print for them.
+fn said<'p>(
+    set: &PolicySet,
+    plan: &ClusterPlan,
+    policies: impl IntoIterator<Item = &'p TaintPolicy>,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in policies {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let Some(i) = set.index_of(&name) else {
+            continue;
+        };
+        for w in warnings(set, i, plan.policies.get(i)) {
+            out.push((name.clone(), w));
+        }
+    }
+    out
 }
 
 /// Runs `plan --live` and returns what to print. The files are read first, so bad
@@ -117,6 +139,10 @@ pub fn run(args: &PlanArgs) -> Result<String, InputError> {
 pub async fn run_live(args: &LiveArgs) -> Result<String, PlanError> {
     let now = parse_now(&args.now)?;
     let files = load_all_policies(&args.policy_files)?;
+    let names: HashSet<String> = files
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
     let live = Live::connect().await?;
     let policies = with_changes(live.policies().await?, files, &args.without, now)?;
     let set = PolicySet::from_resources(&policies);
@@ -132,7 +158,12 @@ pub async fn run_live(args: &LiveArgs) -> Result<String, PlanError> {
     // longer exists owns is removed, as the controller would.
     let refs: Vec<&NodeView> = nodes.iter().collect();
     let plan = plan_cluster_evicted(&set, &refs, &pods, now, UnknownPolicies::Remove, &evicted);
-    Ok(render(&plan, now, args.output))
+    // The files' policies are the ones being applied: theirs are the warnings.
+    let applied = policies
+        .iter()
+        .filter(|p| p.metadata.name.as_ref().is_some_and(|n| names.contains(n)));
+    let warned = said(&set, &plan, applied);
+    Ok(render(&plan, &warned, now, args.output))
 }
 
 /// The cluster's policies after applying `files` and deleting `without`, as the API
@@ -185,8 +216,20 @@ fn load_all_policies(files: &[PathBuf]) -> Result<Vec<TaintPolicy>, InputError> 
     Ok(policies)
 }
 
-fn render(plan: &ClusterPlan, now: Timestamp, output: Output) -> String {
-    let report = Report::new(plan);
+fn render(
+    plan: &ClusterPlan,
+    warned: &[(String, String)],
+    now: Timestamp,
+    output: Output,
+) -> String {
+    let mut report = Report::new(plan);
+    report.warnings = warned
+        .iter()
+        .map(|(policy, warning)| WarningReport {
+            policy: policy.clone(),
+            warning: warning.clone(),
+        })
+        .collect();
     match output {
         Output::Json => {
             serde_json::to_string_pretty(&report).expect("the report serializes") + "\n"
@@ -290,6 +333,11 @@ fn load_policies(file: &PathBuf) -> Result<Vec<TaintPolicy>, InputError> {
         }
         let policy: TaintPolicy = serde_path_to_error::deserialize(&doc)
             .map_err(|e| err(format!("{}: {}", e.path(), e.inner())))?;
+        // What the validating webhook refuses beyond the schema (a regex that does
+        // not compile), from the same code.
+        if let Some(invalid) = refusal(&policy) {
+            return Err(err(invalid.to_string()));
+        }
         if !seen.insert(policy.metadata.name.clone()) {
             return Err(err("metadata.name: given twice".into()));
         }
@@ -323,6 +371,14 @@ fn load_cluster(file: &PathBuf) -> Result<(Vec<Node>, Vec<Pod>), InputError> {
 struct Report {
     nodes: Vec<NodeReport>,
     policies: Vec<PolicyReport>,
+    /// What admission would warn about the policies being planned.
+    warnings: Vec<WarningReport>,
+}
+
+#[derive(Serialize)]
+struct WarningReport {
+    policy: String,
+    warning: String,
 }
 
 #[derive(Serialize)]
@@ -417,7 +473,11 @@ impl Report {
                 message: p.message.clone(),
             })
             .collect();
-        Report { nodes, policies }
+        Report {
+            nodes,
+            policies,
+            warnings: Vec::new(),
+        }
     }
 
     fn table(&self, now: Timestamp) -> String {
@@ -495,6 +555,12 @@ impl Report {
         }
         out.push('\n');
         out.push_str(&columns(&rows));
+        if !self.warnings.is_empty() {
+            out.push_str("\nWarnings (kubectl apply prints them too):\n");
+            for w in &self.warnings {
+                let _ = writeln!(out, "  {}: {}", w.policy, w.warning);
+            }
+        }
         out
     }
 }

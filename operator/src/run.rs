@@ -40,6 +40,8 @@ const EVENT_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 pub struct RunConfig {
     pub metrics_addr: SocketAddr,
     pub webhook: Option<crate::serve::webhook::WebhookConfig>,
+    /// The webhooks the API server is configured to call (for alerts).
+    pub registered_webhooks: Vec<String>,
     pub leader_elect: bool,
     pub lease_name: String,
     pub lease_namespace: String,
@@ -173,6 +175,7 @@ pub(crate) fn one_line(message: &str) -> String {
 
 pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let metrics = Metrics::default();
+    metrics.mark_registered(&cfg.registered_webhooks);
     // kube's client logs every failed request at ERROR; at start-up the one line
     // returned here says it all, so nothing else is printed before it.
     let (client, url) = client(&metrics, cfg.api_qps)
@@ -226,6 +229,26 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
             .map_err(StartupError::Webhook)?;
     }
     tokio::spawn(watch_policies(ctx.clone(), policy_writer, all_nodes_tx));
+    // Every replica keeps the node and pod caches, the leader and the standbys: the
+    // policy webhook's impact warning reads them whichever replica the API server
+    // calls, and a standby that takes over has them synced already. Touched nodes
+    // wait in the node queue (one entry per node at most) for a leader's workers.
+    // The node reflector hands the node queue names, not nodes: 5,000 node copies
+    // waiting for the caches to sync would be the operator's peak memory.
+    tokio::spawn(drive_nodes(
+        ctx.clone(),
+        Api::<CachedNode>::all(client.clone()),
+        node_writer,
+        changed_nodes_tx.clone(),
+    ));
+    tokio::spawn(sync_gate(ctx.clone(), synced_tx));
+    let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+    tokio::spawn(feed_node_queue(
+        ctx.clone(),
+        queue.clone(),
+        changed_nodes_rx,
+        all_nodes_rx,
+    ));
 
     let elector = cfg.leader_elect.then(|| {
         LeaderElector::new(
@@ -250,24 +273,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         }
     }
 
-    // The node reflector hands the node queue names, not nodes: 5,000 node copies
-    // waiting for the caches to sync would be the operator's peak memory.
-    tokio::spawn(drive_nodes(
-        ctx.clone(),
-        Api::<CachedNode>::all(client.clone()),
-        node_writer,
-        changed_nodes_tx.clone(),
-    ));
-    tokio::spawn(sync_gate(ctx.clone(), synced_tx));
     tokio::spawn(policy_status::run_status_writer(ctx.clone()));
-
-    let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
-    tokio::spawn(feed_node_queue(
-        ctx.clone(),
-        queue.clone(),
-        changed_nodes_rx,
-        all_nodes_rx,
-    ));
     tokio::spawn(resync::resync_nodes(
         ctx.clone(),
         queue.clone(),

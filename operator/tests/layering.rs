@@ -1,5 +1,5 @@
 //! The operator's modules import in one direction only: commands → serving and
-//! leadership → controller → drains → caches → leaves (telemetry, memory), and no module
+//! leadership → admission → controller → drains → caches → leaves (telemetry, memory), and no module
 //! imports one that imports it back, however indirectly. (The engine is a crate of
 //! its own, so the compiler already keeps it below all of these.)
 //!
@@ -16,9 +16,10 @@ use std::{
 fn layer(module: &str) -> (u8, &'static str) {
     let room = module.split("::").next().unwrap_or_default();
     match room {
-        "run" | "plan" | "explain" | "live" => (5, "commands"),
-        "serve" => (4, "serve"),
-        "leader" => (4, "leader"),
+        "run" | "plan" | "explain" | "live" => (6, "commands"),
+        "serve" => (5, "serve"),
+        "leader" => (5, "leader"),
+        "admission" => (4, "admission"),
         "controller" => (3, "controller"),
         "drain" => (2, "drain"),
         "cache" => (1, "cache"),

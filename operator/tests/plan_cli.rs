@@ -122,6 +122,8 @@ const ISTIO: &str = "cni.istio.io/not-ready";
 const NETWORK: &str = "readiness.k8s.io/network-unavailable";
 const STARTUP: &str = "startup.k8s.io/initializing";
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+/// nic-kaput's NoExecute taint goes on through a drain: NoSchedule first.
+const STAND_IN: &str = "NoSchedule then NoExecute";
 
 /// examples/README.md, "All five together, per node", at 12:00:00.
 fn expected_nodes() -> Vec<NodeChanges> {
@@ -133,7 +135,7 @@ fn expected_nodes() -> Vec<NodeChanges> {
         },
         NodeChanges {
             name: "od-2",
-            add: vec![(NIC, None, "NoSchedule", "nic-kaput")],
+            add: vec![(NIC, None, STAND_IN, "nic-kaput")],
             remove: vec![],
         },
         NodeChanges {
@@ -162,7 +164,7 @@ fn expected_nodes() -> Vec<NodeChanges> {
         NodeChanges {
             name: "od-6",
             add: vec![
-                (NIC, None, "NoSchedule", "nic-kaput"),
+                (NIC, None, STAND_IN, "nic-kaput"),
                 (NETWORK, None, "NoSchedule", "cni-network-ready"),
             ],
             remove: vec![],
@@ -239,15 +241,24 @@ fn adds(node: &Value) -> Vec<(String, Option<String>, String, String)> {
         .map(|a| {
             for k in a.as_object().expect("an add is an object").keys() {
                 assert!(
-                    ["key", "value", "effect", "policy"].contains(&k.as_str()),
+                    ["key", "value", "effect", "policy", "then"].contains(&k.as_str()),
                     "unexpected field {k} in {a}"
                 );
             }
+            // A drain's stand-in reads `NoSchedule then NoExecute`.
+            let effect = match a.get("then") {
+                Some(then) => format!(
+                    "{} then {}",
+                    str_field(a, "effect"),
+                    then.as_str().expect("then is a string")
+                ),
+                None => str_field(a, "effect").to_string(),
+            };
             (
                 str_field(a, "key").to_string(),
                 a.get("value")
                     .map(|v| v.as_str().expect("value is a string").to_string()),
-                str_field(a, "effect").to_string(),
+                effect,
                 str_field(a, "policy").to_string(),
             )
         })
@@ -345,9 +356,15 @@ fn assert_policies(report: &Value, expected: &[(&str, u64, u64, u64)]) {
         );
         assert_eq!(u64_field(p, "taintedNodes"), tainted, "{name} taintedNodes");
         assert_eq!(u64_field(p, "pendingNodes"), pending, "{name} pendingNodes");
-        // Nothing has been applied yet, so every policy still has nodes to change.
+        // Nothing has been applied yet, so every policy still has nodes to change;
+        // nic-kaput's nodes stay NoSchedule until their drains allow NoExecute.
         assert_eq!(p["ready"], json!(false), "{name} ready");
-        assert_eq!(str_field(p, "reason"), "Progressing", "{name} reason");
+        let reason = if name == "nic-kaput" {
+            "Draining"
+        } else {
+            "Progressing"
+        };
+        assert_eq!(str_field(p, "reason"), reason, "{name} reason");
         let counts = format!("{tainted} of {selected} selected nodes tainted");
         assert!(
             str_field(p, "message").contains(&counts),
@@ -436,11 +453,16 @@ fn table_output_lists_every_change_and_policy() {
     let table = stdout(&out);
     for n in expected_nodes() {
         for (key, _, effect, policy) in &n.add {
+            // The table says `NoSchedule (then NoExecute)` for a drain's stand-in.
+            let effect = match effect.split_once(" then ") {
+                Some((now, then)) => format!("{now} (then {then})"),
+                None => effect.to_string(),
+            };
             assert!(
                 table.lines().any(|l| l.contains(n.name)
                     && l.contains(" add ")
                     && l.contains(key)
-                    && l.contains(effect)
+                    && l.contains(&effect)
                     && l.contains(policy)),
                 "no add row for {key} on {}:\n{table}",
                 n.name
@@ -559,7 +581,7 @@ fn the_for_window_ending_adds_cp_1() {
     let mut expected = expected_nodes();
     expected.push(NodeChanges {
         name: "cp-1",
-        add: vec![(NIC, None, "NoSchedule", "nic-kaput")],
+        add: vec![(NIC, None, STAND_IN, "nic-kaput")],
         remove: vec![],
     });
     assert_nodes(&report, &expected);
@@ -833,10 +855,9 @@ fn a_bad_now_is_refused() {
 // ------------------------------------------------------------ invalid regex
 
 #[test]
-fn an_invalid_regex_reports_invalid_spec_and_changes_nothing() {
-    // The API server accepts any string as a regex; only the operator can tell this one
-    // is broken. The policy's other parts would taint od-2 (second matcher) and od-4/od-6
-    // (readiness) if it were applied.
+fn an_invalid_regex_is_refused_as_the_webhook_refuses_it() {
+    // The schema accepts any string as a regex; the operator's validating webhook
+    // refuses this one, and plan refuses it the same way, from the same code.
     let dir = TempDir::new("regex");
     let broken = dir.write(
         "broken-regex.yaml",
@@ -865,39 +886,67 @@ spec:
     );
     let mut files = policy_examples();
     files.push(broken);
-    let report = plan_json(&files, &[cluster()], NOW);
-
-    let p = policy(&report, "broken-regex");
-    assert_eq!(p["ready"], json!(false));
-    assert_eq!(str_field(p, "reason"), "InvalidSpec");
-    assert!(
-        str_field(p, "message").contains("spec.matchers[0].conditions[0].status"),
-        "the message names the field: {}",
-        p["message"]
+    assert_refused(
+        &files,
+        &[cluster()],
+        &[],
+        &[
+            "broken-regex.yaml",
+            "TaintPolicy/broken-regex",
+            "spec.matchers[0].conditions[0].status: invalid regex \"(Kaput\"",
+        ],
     );
-    assert_eq!(u64_field(p, "taintedNodes"), 0);
-    assert_eq!(u64_field(p, "pendingNodes"), 0);
+}
 
-    // No node changes for it, and the other policies plan as before.
-    let mentions = report["nodes"]
+#[test]
+fn the_files_policies_get_the_webhooks_warnings() {
+    let report = plan_json(&policy_examples(), &[cluster()], NOW);
+    let warnings: Vec<(String, String)> = report["warnings"]
         .as_array()
-        .expect("nodes is a list")
+        .expect("warnings is a list")
         .iter()
-        .flat_map(|n| {
-            n["add"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .chain(n["remove"].as_array().unwrap())
+        .map(|w| {
+            (
+                str_field(w, "policy").to_string(),
+                str_field(w, "warning").to_string(),
+            )
         })
-        .filter(|c| c["policy"] == "broken-regex" || c["key"] == "example.com/broken-regex")
-        .count();
-    assert_eq!(mentions, 0, "no change for the invalid policy: {report:#}");
-    assert_nodes(&report, &expected_nodes());
-    let mut others = report.clone();
-    others["policies"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|p| p["name"] != "broken-regex");
-    assert_policies(&others, &expected_policies());
+        .collect();
+    let of = |policy: &str| -> Vec<&str> {
+        warnings
+            .iter()
+            .filter(|(p, _)| p == policy)
+            .map(|(_, w)| w.as_str())
+            .collect()
+    };
+    assert_eq!(
+        of("nic-kaput"),
+        ["impact: would taint 2 of 10 selected nodes now (od-2, od-6)"]
+    );
+    assert_eq!(
+        of("spot-out-of-service"),
+        [
+            "impact: would taint 1 of 3 selected nodes now (spot-1)",
+            "spec.taints[0] (node.kubernetes.io/out-of-service:NoExecute) has no spec.eviction: every pod that does not tolerate it is deleted at once, whatever its PodDisruptionBudget says; add spec.eviction to drain first",
+        ]
+    );
+    // Karpenter's prefix: no autoscaler warning.
+    assert_eq!(
+        of("cni-network-ready"),
+        ["impact: would taint 2 of 9 selected nodes now (od-4, od-6)"]
+    );
+    assert!(
+        of("istio-cni-readiness").iter().any(|w| w.starts_with(
+            "spec.taints[0] (cni.istio.io/not-ready): a readiness taint without a startup prefix"
+        )),
+        "{warnings:?}"
+    );
+    let table = stdout(&plan(&policy_examples(), &[cluster()], &["--now", NOW]));
+    assert!(
+        table.contains("Warnings (kubectl apply prints them too):\n")
+            && table.contains(
+                "  nic-kaput: impact: would taint 2 of 10 selected nodes now (od-2, od-6)\n"
+            ),
+        "{table}"
+    );
 }

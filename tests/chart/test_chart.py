@@ -76,7 +76,12 @@ EXPECTED_RULES = [
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -240,6 +245,10 @@ def test_default_objects(default):
         "Service",
         "Deployment",
         "PodDisruptionBudget",
+        # The TaintPolicy validating webhook is on by default: its configuration
+        # and the chart-generated serving certificate.
+        "Secret",
+        "ValidatingWebhookConfiguration",
     }
     for obj in default.objects:
         if obj["kind"] not in CLUSTER_SCOPED:
@@ -266,11 +275,18 @@ def test_default_deployment(default):
         "--log-format=json",
         "--log-level=info",
         "--resync-interval=5m",
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-cert-file=/tls/tls.crt",
+        "--webhook-key-file=/tls/tls.key",
+        "--registered-webhooks=taintpolicy",
     ]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["ports"] == [
+        {"name": "metrics", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "webhook", "containerPort": 9443, "protocol": "TCP"},
+    ]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert c["resources"] == {
@@ -356,18 +372,59 @@ def test_leases_role_in_release_namespace(default):
     ]
 
 
-def test_default_has_no_webhook(default):
+def test_default_has_the_policy_webhook_and_not_the_node_webhook(default):
     assert default.all("MutatingWebhookConfiguration") == []
-    assert default.all("Secret") == []
     assert default.all("Certificate") == []
     assert default.all("ServiceMonitor") == []
-    assert not any(a.startswith("--webhook") for a in default.container["args"])
-    assert not any(m["mountPath"] == "/tls" for m in default.container["volumeMounts"])
+    vwc = default.one("ValidatingWebhookConfiguration", f"{FULLNAME}-policies")
+    (wh,) = vwc["webhooks"]
+    assert wh["name"] == "taintpolicies.nodetaint.io"
+    assert wh["failurePolicy"] == "Ignore"
+    assert wh["timeoutSeconds"] == 5
+    # It writes nothing, so dry runs reach it (kubectl apply --dry-run=server shows the impact).
+    assert wh["sideEffects"] == "None"
+    assert wh["admissionReviewVersions"] == ["v1"]
+    assert wh["rules"] == [
+        {
+            "operations": ["CREATE", "UPDATE"],
+            "apiGroups": ["nodetaint.io"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["taintpolicies"],
+            "scope": "Cluster",
+        }
+    ]
+    assert wh["clientConfig"]["service"] == {
+        "name": FULLNAME,
+        "namespace": NAMESPACE,
+        "path": "/validate-taintpolicy",
+        "port": 443,
+    }
+    # The same certificate as the Node webhook would use.
+    secret = default.one("Secret", f"{FULLNAME}-webhook-tls")
+    assert wh["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert any(m["mountPath"] == "/tls" for m in default.container["volumeMounts"])
     svc = default.one("Service", FULLNAME)
     assert svc["spec"]["ports"] == [
-        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"},
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"},
     ]
     assert svc["spec"]["selector"] == default.deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_no_webhook_at_all_runs_no_webhook_server(chart):
+    r = render(chart, {"policyWebhook": {"enabled": False}})
+    assert r.all("MutatingWebhookConfiguration") == []
+    assert r.all("ValidatingWebhookConfiguration") == []
+    assert r.all("Secret") == []
+    assert not any(a.startswith("--webhook") or a.startswith("--registered") for a in r.container["args"])
+    assert not any(m["mountPath"] == "/tls" for m in r.container["volumeMounts"])
+    assert [p["name"] for p in r.one("Service", FULLNAME)["spec"]["ports"]] == ["metrics"]
+
+
+def test_policy_webhook_values(chart):
+    r = render(chart, {"policyWebhook": {"failurePolicy": "Fail", "timeoutSeconds": 10}})
+    (wh,) = r.one("ValidatingWebhookConfiguration", f"{FULLNAME}-policies")["webhooks"]
+    assert (wh["failurePolicy"], wh["timeoutSeconds"]) == ("Fail", 10)
 
 
 def test_notes_say_how_to_check(default):
@@ -708,6 +765,10 @@ def test_schema_accepts_valid_values(chart, values):
         ({"grafanaDashboard": {"label": "grafana dashboard"}}, "/grafanaDashboard/label"),
         ({"grafanaDashboard": {"label": ""}}, "/grafanaDashboard/label"),
         ({"grafanaDashboard": {"namespace": 3}}, "/grafanaDashboard/namespace"),
+        ({"policyWebhook": {"failurePolicy": "Never"}}, "/policyWebhook/failurePolicy"),
+        ({"policyWebhook": {"timeoutSeconds": 0}}, "/policyWebhook/timeoutSeconds"),
+        ({"policyWebhook": {"enabled": "no"}}, "/policyWebhook/enabled"),
+        ({"policyWebhook": {"port": 9443}}, "port"),
     ],
     ids=[
         "failurePolicy",
@@ -728,6 +789,10 @@ def test_schema_accepts_valid_values(chart, values):
         "dashboard-label-space",
         "dashboard-label-empty",
         "dashboard-namespace-number",
+        "policy-webhook-failurePolicy",
+        "policy-webhook-timeout",
+        "policy-webhook-enabled-string",
+        "policy-webhook-unknown-key",
     ],
 )
 def test_schema_rejects_invalid_values(chart, values, where):

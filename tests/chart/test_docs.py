@@ -328,6 +328,11 @@ def test_doc_policy_is_valid(block_id, body, tmp_path):
         text=True,
         timeout=600,
     )
+    if expected_reason == "InvalidSpec":
+        # What the validating webhook refuses, plan refuses too (exit 2, naming the field).
+        assert done.returncode == 2, f"{block_id}: plan should refuse it; got:\n{done.stdout}{done.stderr}"
+        assert ": spec." in done.stderr, f"{block_id}: the refusal names no field: {done.stderr}"
+        return
     assert done.returncode == 0, f"{block_id}: taint-operator plan refused it:\n{done.stderr}"
     result = json.loads(done.stdout)
     reasons = {p["name"]: (p["reason"], p["message"]) for p in result["policies"]}

@@ -10,7 +10,7 @@ use http::Method;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use support::{
-    NoExecute, NoSchedule, cond, harness, pod, policy, scenario, served_node,
+    NoExecute, NoSchedule, cond, harness, harness_with_clock, pod, policy, scenario, served_node,
     verifier::assert_event,
 };
 use taint_operator::{
@@ -56,10 +56,15 @@ fn draining_node() -> k8s_openapi::api::core::v1::Node {
 
 /// The patch that swaps the stand-in for the NoExecute taint, keeping the start.
 fn swap_patch() -> Value {
+    swap_patch_at("2026-11-20T12:00:00Z")
+}
+
+/// [`swap_patch`] written at `at`.
+fn swap_patch_at(at: &str) -> Value {
     json!([
         test_rv("100"),
         {"op": "add", "path": "/spec/taints", "value": [
-            {"key": KEY, "value": "true", "effect": "NoExecute", "timeAdded": "2026-11-20T12:00:00Z"}
+            {"key": KEY, "value": "true", "effect": "NoExecute", "timeAdded": at}
         ]},
         {"op": "add", "path": MANAGED_PATH, "value": NO_EXECUTE_OWNED},
     ])
@@ -186,10 +191,20 @@ async fn the_pods_in_the_way_are_evicted_and_the_switch_follows_in_the_same_reco
     assert_eq!(evictions(&metrics, "blocked"), 0);
 }
 
+/// Seconds the budget test's clock has moved past `now()`.
+static MOVED: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+fn moving_clock() -> k8s_openapi::jiff::Timestamp {
+    support::plus(
+        support::now(),
+        MOVED.load(std::sync::atomic::Ordering::SeqCst),
+    )
+}
+
 #[tokio::test]
 async fn a_budget_refusal_keeps_the_node_no_schedule_is_reported_once_and_retried_with_growing_waits()
  {
-    let (h, api) = harness(&[evicting(json!({}))], &[draining_node()]);
+    let (h, api) = harness_with_clock(&[evicting(json!({}))], &[draining_node()], moving_clock);
     let metrics = h.metrics();
     let web = || {
         pod("web", "web-1")
@@ -214,7 +229,8 @@ async fn a_budget_refusal_keeps_the_node_no_schedule_is_reported_once_and_retrie
                     evict.reply(201, &json!({"kind": "Status", "status": "Success", "code": 201}));
                 }
             }
-            api.expect_node_patch("n1", swap_patch()).await;
+            let at = moving_clock().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            api.expect_node_patch("n1", swap_patch_at(&at)).await;
             // Events go out once node writes are quiet: the refusal's first, once.
             let blocked = api.expect_event().await;
             assert_event(
@@ -233,7 +249,18 @@ async fn a_budget_refusal_keeps_the_node_no_schedule_is_reported_once_and_retrie
         |h| async move {
             let mut waits = Vec::new();
             for _ in 0..3 {
-                waits.push(reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap());
+                let next = reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+                // The node changes before the round is due: no eviction, the wait goes on.
+                MOVED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let early = reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+                if let (Next::After(wait), Next::After(left)) = (next, early) {
+                    assert!(left < wait, "the wait goes on: {left:?} of {wait:?}");
+                }
+                // Then its time comes.
+                if let Next::After(wait) = next {
+                    MOVED.fetch_add(wait.as_secs() as i64 + 1, std::sync::atomic::Ordering::SeqCst);
+                }
+                waits.push(next);
             }
             waits
         },

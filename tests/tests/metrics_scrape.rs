@@ -12,13 +12,17 @@ mod support;
 use std::{collections::BTreeSet, net::SocketAddr, path::PathBuf, sync::Arc};
 
 use http::Method;
+use serde_json::json;
 use support::{
     NoExecute, cond, harness, policy, scenario, served_node,
     verifier::{EVENTS_PATH, node_invalid},
 };
 use taint_operator::{
     controller::{node_queue::Work, node_reconciler::reconcile_named, policy_status::refresh_all},
-    serve::http as operator_http,
+    serve::{
+        http as operator_http,
+        webhook::{Webhook, answer},
+    },
     telemetry::metrics::Metrics,
 };
 use taint_operator_crd::TaintEffect;
@@ -165,6 +169,7 @@ async fn metrics_after_a_reconcile() -> Metrics {
     ];
     let (h, api) = harness(std::slice::from_ref(&nic), &nodes);
     let metrics = h.metrics();
+    let reviewed = serde_json::to_value(&nic).unwrap();
     scenario(
         h,
         api,
@@ -205,6 +210,38 @@ async fn metrics_after_a_reconcile() -> Metrics {
                 let _ = reconcile_named(work, h.ctx.clone()).await;
             }
             refresh_all(&h.ctx).await.unwrap();
+            // Both webhooks registered (as the chart says with --registered-webhooks),
+            // and each answers a review.
+            h.ctx
+                .metrics
+                .mark_registered(&["node".to_string(), "taintpolicy".to_string()]);
+            h.ctx
+                .policies_synced
+                .store(true, std::sync::atomic::Ordering::Release);
+            for (webhook, kind, object) in [
+                (
+                    Webhook::Node,
+                    json!({"group": "", "version": "v1", "kind": "Node"}),
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "new"}}),
+                ),
+                (
+                    Webhook::TaintPolicy,
+                    json!({"group": "nodetaint.io", "version": "v1alpha1", "kind": "TaintPolicy"}),
+                    reviewed.clone(),
+                ),
+            ] {
+                let review = json!({
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {
+                        "uid": "r", "kind": kind, "operation": "CREATE",
+                        "resource": {"group": "", "version": "v1", "resource": "x"},
+                        "userInfo": {}, "object": object
+                    }
+                });
+                let answered = answer(&h.ctx, webhook, review);
+                assert_eq!(answered["response"]["allowed"], true, "{answered}");
+            }
             drop(h);
         },
     )
@@ -223,6 +260,8 @@ async fn every_metric_the_alerts_and_the_dashboard_query_is_exported() {
         "taint_operator_reconcile_errors_total",
         "taint_operator_api_requests_total",
         "taint_operator_policy_ready",
+        "taint_operator_webhook_requests_total",
+        "taint_operator_webhook_registered",
     ] {
         assert!(
             exported.contains(family),

@@ -57,6 +57,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- include "taint-operator.fullname" . }}
 {{- end }}
 
+{{/* The ValidatingWebhookConfiguration for TaintPolicy CREATE and UPDATE. */}}
+{{- define "taint-operator.policyWebhookName" -}}
+{{- printf "%s-policies" (include "taint-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "true" when the webhook server runs: either webhook is on. Empty otherwise. */}}
+{{- define "taint-operator.webhookServing" -}}
+{{- if or .Values.webhook.enabled .Values.policyWebhook.enabled }}true{{ end }}
+{{- end }}
+
 {{/* cert-manager objects */}}
 {{- define "taint-operator.certificateName" -}}
 {{- printf "%s-webhook" (include "taint-operator.fullname" .) | trunc 63 | trimSuffix "-" }}

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use taint_operator_crd::{MANAGED_TAINTS_ANNOTATION, POD_READY_ANNOTATION};
 use taint_operator_e2e::{
-    Cond, Harness, Result, always_for, bail, ensure, ensure_eq, eventually_within,
+    Cond, Harness, Result, always_for, bail, ensure, ensure_eq, eventually, eventually_within,
     k8s::{bootstrapped, taint_strs, taints},
 };
 
@@ -192,7 +192,9 @@ pub async fn nic_kaput(h: &Harness) -> Result {
     let k = &h.k;
     let s = Scn("nic");
     let policy = "e2e-nic-kaput";
-    const TAINT: &str = "example.com/network-unavailable:NoSchedule";
+    // The example drains before NoExecute (spec.eviction): NoSchedule first.
+    const TAINT: &str = "example.com/network-unavailable:NoExecute";
+    const STAND_IN: &str = "example.com/network-unavailable:NoSchedule";
     const ADMIN: &str = "example.com/network-unavailable=switch-firmware-upgrade:NoSchedule";
     let nodes: Vec<String> = (1..=10).map(|i| s.node(&i.to_string())).collect();
     let now = Timestamp::now();
@@ -267,15 +269,39 @@ pub async fn nic_kaput(h: &Harness) -> Result {
 
     k.create_policy(s.example_policy(h.read_example("nic-kaput.yaml")?, policy))
         .await?;
-    expect_node(k, &nodes[0], &[TAINT], &owned(&[(TAINT, policy)])).await?;
-    expect_node(k, &nodes[1], &[TAINT], &owned(&[(TAINT, policy)])).await?;
+    // Both go NoSchedule at once; the drains (no pods to evict here) start and
+    // switch one node every 10 s (nodesPerMinute: 6, the nodes share one zone).
+    for n in &nodes[..2] {
+        eventually(format!("node {n} NoSchedule or NoExecute"), async || {
+            let node = k.node(n).await?;
+            let t = taint_strs(&node);
+            ensure!(t == [STAND_IN] || t == [TAINT], "taints {t:?}");
+            Ok(())
+        })
+        .await?;
+    }
+    for n in &nodes[..2] {
+        eventually_within(
+            format!("node {n} to switch to NoExecute"),
+            Duration::from_secs(40),
+            Duration::from_millis(100),
+            async || check_node(k, n, &[TAINT], &owned(&[(TAINT, policy)])).await,
+        )
+        .await?;
+    }
     // Before its window ends, nic-3 stays untainted.
     let before_end = SignedDuration::try_from(Duration::from_millis(250))?;
     while Timestamp::now() < window_end.checked_sub(before_end)? {
         check_node(k, &nodes[2], &[], &owned(&[])).await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let n3 = expect_node(k, &nodes[2], &[TAINT], &owned(&[(TAINT, policy)])).await?;
+    let n3 = eventually("nic-3 NoSchedule", async || {
+        let node = k.node(&nodes[2]).await?;
+        let t = taint_strs(&node);
+        ensure!(!t.is_empty(), "no taint yet");
+        Ok(node)
+    })
+    .await?;
     let late = Timestamp::now().duration_since(window_end);
     println!(
         "nic-3 tainted {} ms after its 30 s window ended",
@@ -286,6 +312,13 @@ pub async fn nic_kaput(h: &Harness) -> Result {
         "nic-3 was tainted {late:?} after its window ended"
     );
     drop(n3);
+    eventually_within(
+        "nic-3 to switch to NoExecute",
+        Duration::from_secs(40),
+        Duration::from_millis(100),
+        async || check_node(k, &nodes[2], &[TAINT], &owned(&[(TAINT, policy)])).await,
+    )
+    .await?;
     let names: Vec<&str> = nodes[..3].iter().map(String::as_str).collect();
     let v = expect_status_names(k, policy, "True", "Reconciled", (10, 3, 0), &names).await?;
     ensure_eq!(

@@ -13,6 +13,7 @@ mod leader;
 mod lifecycle;
 mod observability;
 mod ownership;
+mod policy_admission;
 mod restarts;
 mod startup;
 mod throttling;
@@ -191,6 +192,11 @@ async fn e2e_suite() {
         s.run("quiet period", observability::quiet_period(h)).await;
         // 16-18. the webhook, two replicas, and start-up that cannot start
         s.run("admission webhook", webhook::admission(h)).await;
+        s.run(
+            "policy admission webhook",
+            policy_admission::policy_webhook(h),
+        )
+        .await;
         s.run("leader election with two replicas", leader::two_replicas(h))
             .await;
         s.run("start-up errors", startup::startup_errors(h)).await;

@@ -104,6 +104,17 @@ pub async fn clear_the_way(
             .evictions_done(name);
         return clearing;
     }
+    // Pods are still in the way from the last round: the node changed since, but the
+    // next round keeps its backoff.
+    let due_in = ctx
+        .drains
+        .lock()
+        .expect("drain ledger lock")
+        .round_due_in(name, now);
+    if let Some(wait) = due_in {
+        clearing.retry = Some(wait);
+        return clearing;
+    }
     let pods = match evictor::pods_on(&ctx.client, name).await {
         Ok(pods) => pods,
         Err(e) => {
@@ -112,7 +123,7 @@ pub async fn clear_the_way(
                 ctx.drains
                     .lock()
                     .expect("drain ledger lock")
-                    .evict_again_in(name),
+                    .evict_again_in(name, now),
             );
             return clearing;
         }
@@ -141,7 +152,7 @@ pub async fn clear_the_way(
     if clearing.rounds.iter().all(|(_, r)| r.done()) {
         ledger.evictions_done(name);
     } else {
-        clearing.retry = Some(ledger.evict_again_in(name));
+        clearing.retry = Some(ledger.evict_again_in(name, now));
     }
     clearing
 }

@@ -74,7 +74,20 @@ pub async fn follow_nodes<S>(
 ) where
     S: Stream<Item = Result<Event<CachedNode>, watcher::Error>> + Send,
 {
-    let mut stream = events.reflect(writer).boxed();
+    // A node the cache has not seen, after the first list: a node joining. Looked up
+    // before the reflector stores it.
+    let joined = {
+        let ctx = ctx.clone();
+        move |event: &Result<Event<CachedNode>, watcher::Error>| {
+            if let Ok(Event::Apply(n)) = event
+                && ctx.nodes_synced.load(std::sync::atomic::Ordering::Acquire)
+                && ctx.nodes.get(&ObjectRef::new(n.name())).is_none()
+            {
+                ctx.metrics.nodes_joined.inc();
+            }
+        }
+    };
+    let mut stream = events.inspect(joined).reflect(writer).boxed();
     // The names a list in progress has brought, queued when it is done.
     let mut listed: Vec<String> = Vec::new();
     while let Some(event) = stream.next().await {

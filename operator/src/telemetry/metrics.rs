@@ -35,6 +35,20 @@ pub struct EvictionLabels {
     pub outcome: &'static str,
 }
 
+/// One admission review: which webhook (`node`, `taintpolicy`), the operation, and
+/// how it ended (`allowed`, `refused`, `unavailable`: caches not synced, `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub webhook: &'static str,
+    pub operation: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabel {
+    pub webhook: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub verb: String,
@@ -74,6 +88,14 @@ pub struct Metrics {
     pub draining_nodes: Family<PolicyLabel, Gauge>,
     /// Evictions requested for drains, by policy and outcome.
     pub evictions: Family<EvictionLabels, Counter>,
+    /// Admission reviews answered, by webhook, operation and outcome.
+    pub webhook_requests: Family<WebhookLabels, Counter>,
+    /// Seconds from a review's arrival to its answer, by webhook.
+    pub webhook_duration: Family<WebhookLabel, Histogram>,
+    /// Nodes the node watch saw appear after its first list: new nodes joining.
+    pub nodes_joined: Counter,
+    /// 1 for each webhook the API server is configured to call (`--registered-webhooks`).
+    pub webhook_registered: Family<WebhookLabel, Gauge>,
     /// The policies the per-policy gauges have series for, so that the series of a
     /// deleted policy can be dropped instead of reporting it forever.
     reported_policies: Arc<Mutex<BTreeSet<String>>>,
@@ -215,10 +237,40 @@ impl Default for Metrics {
             "Evictions requested for drains, by policy and outcome (evicted, blocked by a PodDisruptionBudget, gone, failed)",
             evictions.clone(),
         );
+        let webhook_requests = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "webhook_requests",
+            "Admission reviews answered, by webhook (node, taintpolicy), operation and outcome (allowed, refused, unavailable, error)",
+            webhook_requests.clone(),
+        );
+        let webhook_duration = Family::<WebhookLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])
+        });
+        registry.register(
+            "webhook_duration_seconds",
+            "Seconds from an admission review's arrival to its answer, by webhook",
+            webhook_duration.clone(),
+        );
+        let nodes_joined = Counter::default();
+        registry.register(
+            "nodes_joined",
+            "Nodes the node watch saw appear after its first list (new nodes joining the cluster)",
+            nodes_joined.clone(),
+        );
+        let webhook_registered = Family::<WebhookLabel, Gauge>::default();
+        registry.register(
+            "webhook_registered",
+            "1 for each admission webhook the API server is configured to call (node, taintpolicy)",
+            webhook_registered.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            webhook_registered,
             draining_nodes,
             evictions,
+            webhook_requests,
+            webhook_duration,
+            nodes_joined,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -242,6 +294,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Sets `taint_operator_webhook_registered` for the webhooks the API server is
+    /// configured to call (`node`, `taintpolicy`; others are ignored).
+    pub fn mark_registered(&self, webhooks: &[String]) {
+        for webhook in webhooks {
+            let webhook = match webhook.as_str() {
+                "node" => "node",
+                "taintpolicy" => "taintpolicy",
+                _ => continue,
+            };
+            self.webhook_registered
+                .get_or_create(&WebhookLabel { webhook })
+                .set(1);
+        }
+    }
+
     /// Sets the per-policy gauges from one status computation over every policy, and
     /// drops the series of policies it no longer covers (deleted ones), so a deleted
     /// policy neither stays "not ready" in alerts nor keeps its nodes counted.

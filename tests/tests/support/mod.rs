@@ -89,10 +89,36 @@ pub fn harness(policies: &[TaintPolicy], nodes: &[Node]) -> (Harness, ApiServerV
     )
 }
 
+/// [`harness`] whose operator reads the time from `clock` instead of `now`.
+pub fn harness_with_clock(
+    policies: &[TaintPolicy],
+    nodes: &[Node],
+    clock: fn() -> k8s_openapi::jiff::Timestamp,
+) -> (Harness, ApiServerVerifier) {
+    build_harness(
+        policies,
+        nodes,
+        CleanupGrace {
+            watcher: Duration::ZERO,
+            node_controller: Duration::ZERO,
+        },
+        clock,
+    )
+}
+
 pub fn harness_with_grace(
     policies: &[TaintPolicy],
     nodes: &[Node],
     grace: CleanupGrace,
+) -> (Harness, ApiServerVerifier) {
+    build_harness(policies, nodes, grace, now)
+}
+
+fn build_harness(
+    policies: &[TaintPolicy],
+    nodes: &[Node],
+    grace: CleanupGrace,
+    clock: fn() -> k8s_openapi::jiff::Timestamp,
 ) -> (Harness, ApiServerVerifier) {
     let (service, handle) = tower_test::mock::pair::<
         http::Request<kube::client::Body>,
@@ -121,7 +147,7 @@ pub fn harness_with_grace(
             cleanup_grace: grace,
         },
     );
-    ctx.clock = now;
+    ctx.clock = clock;
     let mut h = Harness {
         ctx: Arc::new(ctx),
         nodes: node_writer,
