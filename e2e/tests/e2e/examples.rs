@@ -280,15 +280,6 @@ pub async fn nic_kaput(h: &Harness) -> Result {
         })
         .await?;
     }
-    for n in &nodes[..2] {
-        eventually_within(
-            format!("node {n} to switch to NoExecute"),
-            Duration::from_secs(40),
-            Duration::from_millis(100),
-            async || check_node(k, n, &[TAINT], &owned(&[(TAINT, policy)])).await,
-        )
-        .await?;
-    }
     // Before its window ends, nic-3 stays untainted.
     let before_end = SignedDuration::try_from(Duration::from_millis(250))?;
     while Timestamp::now() < window_end.checked_sub(before_end)? {
@@ -312,6 +303,15 @@ pub async fn nic_kaput(h: &Harness) -> Result {
         "nic-3 was tainted {late:?} after its window ended"
     );
     drop(n3);
+    for n in &nodes[..2] {
+        eventually_within(
+            format!("node {n} to switch to NoExecute"),
+            Duration::from_secs(40),
+            Duration::from_millis(100),
+            async || check_node(k, n, &[TAINT], &owned(&[(TAINT, policy)])).await,
+        )
+        .await?;
+    }
     eventually_within(
         "nic-3 to switch to NoExecute",
         Duration::from_secs(40),
