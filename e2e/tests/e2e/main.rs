@@ -8,6 +8,7 @@
 
 mod cli;
 mod common;
+mod eviction;
 mod examples;
 mod leader;
 mod lifecycle;
@@ -182,6 +183,14 @@ async fn e2e_suite() {
         s.run("for window", lifecycle::for_window(h)).await;
         s.run("maxTaintedNodes", lifecycle::max_tainted_nodes(h))
             .await;
+        // drains (spec.eviction): the per-zone pace, a zone held, drainTimeout across a failover
+        s.run("eviction pacing", eviction::pacing(h)).await;
+        s.run("eviction zone hold", eviction::zone_hold(h)).await;
+        s.run(
+            "eviction failover mid-drain",
+            eviction::failover_mid_drain(h),
+        )
+        .await;
         // 11-12. invalid input
         s.run("invalid regex", validation::invalid_regex(h)).await;
         s.run("API server refuses bad policies", validation::refused(h))
