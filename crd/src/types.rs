@@ -37,6 +37,7 @@ pub const FIELD_MANAGER: &str = "taint-operator";
     doc = "TaintPolicy declares taints that the operator keeps on the nodes it selects while matchers match or until readiness is satisfied.",
     selectable = ".spec.mode",
     selectable = ".spec.dryRun",
+    selectable = ".spec.suspend",
     printcolumn(
         name = "Taints",
         type_ = "string",
@@ -114,6 +115,12 @@ pub struct TaintPolicySpec {
     /// Evaluate and report in status, never touch nodes.
     #[serde(default)]
     pub dry_run: bool,
+
+    /// Freeze the policy: no taint of it is added or removed on any node (nor by the
+    /// webhook at Node CREATE); status keeps counting what it would do. Setting it
+    /// back to false converges the nodes at once. Deleting still cleans up.
+    #[serde(default)]
+    pub suspend: bool,
 
     /// Cap on selected nodes tainted because a matcher matched: an integer, or a
     /// percentage of selected nodes (rounded down) such as "30%".
@@ -276,6 +283,17 @@ pub struct ConditionMatcher {
     #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('2562047h')")
         .message("must be at most 2562047h, the longest Go duration"))]
     pub for_: Option<String>,
+    /// When the condition's lastHeartbeatTime (or, without one, its
+    /// lastTransitionTime) is at least this old, it counts as status Unknown (its
+    /// reporter stopped): a Go duration such as `2m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('2562047h')")
+        .message("must be at most 2562047h, the longest Go duration"))]
+    pub stale_after: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
@@ -301,6 +319,17 @@ pub struct ReadinessCondition {
     /// Regex matched against the WHOLE status string.
     #[schemars(length(min = 1, max = 1024))]
     pub status: String,
+    /// When the condition's lastHeartbeatTime (or, without one, its
+    /// lastTransitionTime) is at least this old, it counts as status Unknown, so a
+    /// "True" that its reporter stopped renewing no longer makes the node ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('2562047h')")
+        .message("must be at most 2562047h, the longest Go duration"))]
+    pub stale_after: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]

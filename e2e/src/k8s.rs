@@ -30,6 +30,8 @@ pub struct Cond {
     pub status: String,
     pub reason: String,
     pub since: Timestamp,
+    /// `lastHeartbeatTime`; `since` when not set.
+    pub heartbeat: Option<Timestamp>,
 }
 
 impl Cond {
@@ -44,7 +46,14 @@ impl Cond {
             status: status.into(),
             reason: reason.into(),
             since,
+            heartbeat: None,
         }
+    }
+
+    /// The same condition, last confirmed at `at` (its transition unchanged).
+    pub fn seen_at(mut self, at: Timestamp) -> Self {
+        self.heartbeat = Some(at);
+        self
     }
 
     fn to_json(&self) -> Value {
@@ -55,7 +64,7 @@ impl Cond {
             "reason": self.reason,
             "message": format!("set by the e2e suite"),
             "lastTransitionTime": t,
-            "lastHeartbeatTime": t,
+            "lastHeartbeatTime": self.heartbeat.map_or(t, |h| h.to_string()),
         })
     }
 }

@@ -27,6 +27,8 @@ pub struct NodeCondition {
     pub status: Sym,
     pub reason: Sym,
     pub last_transition: Option<Timestamp>,
+    /// When its reporter last confirmed it; read by `staleAfter`.
+    pub last_heartbeat: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -63,6 +65,7 @@ impl NodeView {
                             status: sym(&c.status),
                             reason: sym(c.reason.as_deref().unwrap_or_default()),
                             last_transition: c.last_transition_time.as_ref().map(|t| t.0),
+                            last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| t.0),
                         })
                         .collect()
                 })

@@ -20,6 +20,7 @@ use crate::{
 pub enum Reason {
     Reconciled,
     InvalidSpec,
+    Suspended,
     Conflict,
     ZoneUnhealthy,
     LimitReached,
@@ -33,6 +34,7 @@ impl Reason {
         match self {
             Reason::Reconciled => "Reconciled",
             Reason::InvalidSpec => "InvalidSpec",
+            Reason::Suspended => "Suspended",
             Reason::Conflict => "Conflict",
             Reason::ZoneUnhealthy => "ZoneUnhealthy",
             Reason::LimitReached => "LimitReached",
@@ -65,8 +67,11 @@ pub struct ClusterPlan {
     /// nodes' plans are that on a resync; copying each node into one is what a full
     /// evaluation would otherwise spend most of its time on.
     pub changes: Vec<Option<NodePlan>>,
-    /// Oldest policy first.
+    /// Oldest policy first: each policy's status as the nodes are now (a policy
+    /// with changes still to make is `Progressing`), what the status writer reports.
     pub policies: Vec<PolicySummary>,
+    /// The same once the plan is applied: what `plan` reports.
+    pub policies_after: Vec<PolicySummary>,
     pub next_check: Option<Timestamp>,
     /// The drains that wait, and for what.
     pub drain_waits: Vec<DrainWait>,
@@ -261,17 +266,20 @@ pub fn plan_cluster_evicted(
     for &i in drains.evicting() {
         tallies[i].held_zones = drains.held_zones(i);
     }
-    let policies = tallies
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut tally)| {
-            tally.settle(nodes, &admitted[i]);
-            summary(set, i, tally)
-        })
-        .collect();
+    let mut policies = Vec::with_capacity(width);
+    let mut policies_after = Vec::with_capacity(width);
+    for (i, mut tally) in tallies.into_iter().enumerate() {
+        tally.settle(nodes, &admitted[i]);
+        let now = summary(set, i, &tally);
+        // Once the plan is written, nothing of it is still to change.
+        tally.unconverged = 0;
+        policies_after.push(summary(set, i, &tally));
+        policies.push(now);
+    }
     ClusterPlan {
         changes: plans,
         policies,
+        policies_after,
         next_check,
         drain_waits: drains.into_waits(),
     }
@@ -389,23 +397,33 @@ fn count_changes(set: &PolicySet, plan: &NodePlan, tallies: &mut [Tally]) {
 }
 
 /// The summary of policy `i` from its counts.
-fn summary(set: &PolicySet, i: usize, tally: Tally) -> PolicySummary {
+fn summary(set: &PolicySet, i: usize, tally: &Tally) -> PolicySummary {
     let p = &set.policies[i];
     let Tally {
         selected,
-        mut tainted_names,
+        tainted_names,
         pending,
         unconverged,
         draining,
         held_zones,
         ..
     } = tally;
+    let (selected, pending, unconverged, draining) = (*selected, *pending, *unconverged, *draining);
+    let mut tainted_names = tainted_names.clone();
     tainted_names.sort();
     let tainted = tainted_names.len();
     let counts = format!("{tainted} of {selected} selected nodes tainted");
     let conflicts = set.conflicts(i);
     let (ready, reason, message) = if let Err(invalid) = &p.rules {
         (false, Reason::InvalidSpec, invalid.to_string())
+    } else if p.suspended && !p.deleting {
+        (
+            false,
+            Reason::Suspended,
+            format!(
+                "suspended: no node is changed; would keep {tainted} of {selected} selected nodes tainted"
+            ),
+        )
     } else if !conflicts.is_empty() {
         let what: Vec<String> = conflicts
             .iter()

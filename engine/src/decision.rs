@@ -345,8 +345,30 @@ impl<'a> NodeFacts<'a> {
                 GroupMatch::No => {}
             }
         }
+        // A condition that will go stale may change the verdict then: look again.
+        let stale_conditions = rules
+            .matchers
+            .iter()
+            .flatten()
+            .map(|c| c.stale_after)
+            .chain(
+                rules
+                    .readiness
+                    .iter()
+                    .flat_map(|r| r.conditions.iter().map(|c| c.stale_after)),
+            );
+        for (stale_after, &slot) in stale_conditions
+            .zip(slots)
+            .take_while(|_| rules.reads_staleness)
+        {
+            if let (Some(_), Some(nc)) = (stale_after, conditions[slot])
+                && let Some(t) = Reading::of(nc, stale_after, now).stale_at
+            {
+                *next_check = Some(next_check.map_or(t, |n| n.min(t)));
+            }
+        }
         let unready = match &rules.readiness {
-            Some(r) => self.unready(i, r, &slots[at..], words.map(|w| &mut w.unready)),
+            Some(r) => self.unready(i, r, &slots[at..], now, words.map(|w| &mut w.unready)),
             None => false,
         };
         Verdict {
@@ -364,6 +386,7 @@ impl<'a> NodeFacts<'a> {
         i: usize,
         r: &Readiness,
         slots: &[usize],
+        now: Timestamp,
         reasons: Option<&mut Vec<String>>,
     ) -> bool {
         let mut failed = Failed {
@@ -371,12 +394,14 @@ impl<'a> NodeFacts<'a> {
             any: false,
         };
         for (c, &slot) in r.conditions.iter().zip(slots) {
-            let stop = match self.conditions[slot] {
-                Some(nc) if c.status.is_match(&nc.status) => false,
-                Some(nc) => failed.add(|| {
+            let stop = match self.conditions[slot].map(|nc| Reading::of(nc, c.stale_after, now)) {
+                Some(read) if c.status.is_match(read.status) => false,
+                Some(read) => failed.add(|| {
                     format!(
                         "readiness condition {} is {} (want {})",
-                        c.type_, nc.status, c.status_source
+                        c.type_,
+                        read.describe(),
+                        c.status_source
                     )
                 }),
                 None => failed.add(|| format!("readiness condition {} is missing", c.type_)),
@@ -475,12 +500,59 @@ pub enum ConditionState {
     Matches,
 }
 
+/// A node condition as a policy condition reads it. With `staleAfter`, a condition
+/// whose heartbeat (or, without one, its last transition) is that old reads as
+/// `Unknown` (its reason kept), and has read so since it went stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading<'n> {
+    pub status: &'n str,
+    /// Since when it has read as `status` (for a `for` window).
+    pub since: Option<Timestamp>,
+    /// When it went stale, if it has.
+    pub stale_since: Option<Timestamp>,
+    /// When it will go stale, if it has not yet: the verdict may change then.
+    pub stale_at: Option<Timestamp>,
+}
+
+impl<'n> Reading<'n> {
+    pub fn of(nc: &'n NodeCondition, stale_after: Option<Duration>, now: Timestamp) -> Self {
+        let stale = stale_after.and_then(|d| {
+            nc.last_heartbeat
+                .or(nc.last_transition)
+                .map(|seen| add(seen, d))
+        });
+        match stale {
+            Some(at) if at <= now => Reading {
+                status: "Unknown",
+                since: Some(at),
+                stale_since: Some(at),
+                stale_at: None,
+            },
+            _ => Reading {
+                status: &nc.status,
+                since: nc.last_transition,
+                stale_since: None,
+                stale_at: stale,
+            },
+        }
+    }
+
+    /// `Kaput`, or `Unknown (stale since 2026-11-20T12:00:00Z)`.
+    pub fn describe(&self) -> String {
+        match self.stale_since {
+            Some(at) => format!("{} (stale since {at})", self.status),
+            None => self.status.to_string(),
+        }
+    }
+}
+
 impl ConditionState {
     pub fn of(c: &CompiledCondition, nc: Option<&NodeCondition>, now: Timestamp) -> Self {
         let Some(nc) = nc else {
             return ConditionState::Missing;
         };
-        if !c.status.is_match(&nc.status)
+        let read = Reading::of(nc, c.stale_after, now);
+        if !c.status.is_match(read.status)
             || !c.reason.as_ref().is_none_or(|r| r.is_match(&nc.reason))
         {
             return ConditionState::Differs;
@@ -488,7 +560,7 @@ impl ConditionState {
         let Some(window) = c.for_ else {
             return ConditionState::Matches;
         };
-        let Some(since) = nc.last_transition else {
+        let Some(since) = read.since else {
             return ConditionState::NoTransitionTime;
         };
         let ends = add(since, window);
@@ -530,10 +602,10 @@ fn match_group<'n>(
         .iter()
         .enumerate()
         .filter_map(|(k, c)| {
-            let nc = found(k)?;
+            let status = Reading::of(found(k)?, c.stale_after, now).describe();
             Some(match c.for_ {
-                Some(window) => format!("{}={} for {}", c.type_, nc.status, human(window)),
-                None => format!("{}={}", c.type_, nc.status),
+                Some(window) => format!("{}={status} for {}", c.type_, human(window)),
+                None => format!("{}={status}", c.type_),
             })
         })
         .collect();

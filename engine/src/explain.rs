@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::{
     cluster::{NodeView, PodIndex},
     cluster_plan::plan_cluster_evicted,
-    decision::{ConditionState, NodeFacts, evaluate_node},
+    decision::{ConditionState, NodeFacts, Reading, evaluate_node},
     drain::{self, DrainStep, Wait},
     node_plan::{NodePlan, UnknownPolicies},
     ownership::taint_id,
@@ -57,6 +57,8 @@ pub enum Action {
     Held,
     /// Between NoSchedule and NoExecute: the drain waits (see `drain`).
     Draining,
+    /// `spec.suspend`: the policy changes nothing now.
+    Suspended,
 }
 
 impl Action {
@@ -67,6 +69,7 @@ impl Action {
             Action::None => "none",
             Action::Held => "held",
             Action::Draining => "draining",
+            Action::Suspended => "suspended",
         }
     }
 }
@@ -77,6 +80,7 @@ pub struct PolicyExplanation {
     pub name: String,
     pub mode: String,
     pub dry_run: bool,
+    pub suspended: bool,
     pub deleting: bool,
     /// Why the spec cannot be applied (`field: message`), if it cannot.
     pub invalid: Option<String>,
@@ -150,6 +154,8 @@ pub struct ConditionExplanation {
     pub matched_for: Option<String>,
     /// When the window ends: the taint is due then, if the rest of the matcher holds.
     pub taint_at: Option<String>,
+    /// With `staleAfter`: when the condition went stale (it then reads `Unknown`).
+    pub stale_since: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -168,6 +174,8 @@ pub struct ReadinessConditionExplanation {
     pub want_status: String,
     pub status: Option<String>,
     pub ready: bool,
+    /// With `staleAfter`: when the condition went stale (it then reads `Unknown`).
+    pub stale_since: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -248,6 +256,7 @@ pub fn explain_node(
                 name: p.name.clone(),
                 mode: format!("{:?}", p.mode),
                 dry_run: p.dry_run,
+                suspended: p.suspended,
                 deleting: p.deleting,
                 invalid: p.rules.as_ref().err().map(ToString::to_string),
                 selected: pe.selected,
@@ -259,6 +268,7 @@ pub fn explain_node(
                 },
                 wants_taint: pe.wants_taints(),
                 action: match action(&plan, &p.name) {
+                    Action::None if p.suspended && !p.deleting && pe.selected => Action::Suspended,
                     Action::None
                         if pe.wants_taints()
                             && drain::step_of(
@@ -295,7 +305,7 @@ pub fn explain_node(
                 matchers: rules
                     .map(|r| explain_matchers(r, node, now))
                     .unwrap_or_default(),
-                readiness: rules.and_then(|r| explain_readiness(set, i, r, node, &mut facts)),
+                readiness: rules.and_then(|r| explain_readiness(set, i, r, node, &mut facts, now)),
                 bootstrap_completed_at: node.bootstrapped.get(&p.name).map(|c| c.at.to_string()),
                 cap: rules
                     .and_then(|r| r.max_tainted_nodes.as_ref())
@@ -437,6 +447,7 @@ fn explain_matchers(rules: &Rules, node: &NodeView, now: Timestamp) -> Vec<Match
                 .map(|c| {
                     let nc = node.condition(&c.type_);
                     let state = ConditionState::of(c, nc, now);
+                    let read = nc.map(|nc| Reading::of(nc, c.stale_after, now));
                     let (matched_for, taint_at) = match state {
                         ConditionState::Waiting { since, ends } => {
                             (Some(elapsed(since, now)), Some(ends.to_string()))
@@ -460,6 +471,7 @@ fn explain_matchers(rules: &Rules, node: &NodeView, now: Timestamp) -> Vec<Match
                         for_: c.for_source.clone(),
                         matched_for,
                         taint_at,
+                        stale_since: read.and_then(|r| r.stale_since).map(|t| t.to_string()),
                     }
                 })
                 .collect();
@@ -477,18 +489,22 @@ fn explain_readiness(
     rules: &Rules,
     node: &NodeView,
     facts: &mut NodeFacts,
+    now: Timestamp,
 ) -> Option<ReadinessExplanation> {
     let r = rules.readiness.as_ref()?;
     let conditions: Vec<ReadinessConditionExplanation> = r
         .conditions
         .iter()
         .map(|c| {
-            let nc = node.condition(&c.type_);
+            let read = node
+                .condition(&c.type_)
+                .map(|nc| Reading::of(nc, c.stale_after, now));
             ReadinessConditionExplanation {
                 type_: c.type_.clone(),
                 want_status: c.status_source.clone(),
-                status: nc.map(|nc| nc.status.to_string()),
-                ready: nc.is_some_and(|nc| c.status.is_match(&nc.status)),
+                status: read.map(|r| r.status.to_string()),
+                ready: read.is_some_and(|r| c.status.is_match(r.status)),
+                stale_since: read.and_then(|r| r.stale_since).map(|t| t.to_string()),
             }
         })
         .collect();

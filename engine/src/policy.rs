@@ -67,6 +67,8 @@ pub struct CompiledCondition {
     pub reason_source: Option<String>,
     pub for_source: Option<String>,
     pub for_: Option<Duration>,
+    /// `staleAfter`: older than this, the condition counts as `Unknown`.
+    pub stale_after: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +76,7 @@ pub struct CompiledReadinessCondition {
     pub type_: String,
     pub status_source: String,
     pub status: Pattern,
+    pub stale_after: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +104,8 @@ pub struct Rules {
     pub max_tainted_nodes: Option<IntOrString>,
     /// `spec.eviction`: NoExecute taints go on in steps (see `drain`).
     pub eviction: Option<EvictionRules>,
+    /// Some condition has `staleAfter` (the evaluation then looks at heartbeats).
+    pub reads_staleness: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +117,8 @@ pub struct CompiledPolicy {
     pub deleting: bool,
     pub mode: Mode,
     pub dry_run: bool,
+    /// `spec.suspend`: frozen as a dry run is, reported `Suspended`.
+    pub suspended: bool,
     pub taints: Vec<PolicyTaint>,
     /// `<key>:<effect>` of each taint, in the order of `taints`.
     pub ids: Vec<String>,
@@ -129,6 +136,7 @@ impl CompiledPolicy {
             deleting: policy.metadata.deletion_timestamp.is_some(),
             mode: spec.mode,
             dry_run: spec.dry_run,
+            suspended: spec.suspend,
             taints: spec.taints.clone(),
             ids: spec
                 .taints
@@ -139,9 +147,9 @@ impl CompiledPolicy {
         }
     }
 
-    /// The policy may change nodes: valid, not a dry run, not being deleted.
+    /// The policy may change nodes: valid, not a dry run, not suspended, not being deleted.
     pub fn is_active(&self) -> bool {
-        self.rules.is_ok() && !self.dry_run && !self.deleting
+        self.rules.is_ok() && !self.dry_run && !self.suspended && !self.deleting
     }
 
     pub fn taint_ids(&self) -> impl Iterator<Item = String> + '_ {
@@ -181,6 +189,20 @@ fn last_line(s: &str) -> String {
         .to_string()
 }
 
+/// `staleAfter` of the condition at `field`.
+fn stale_after(source: Option<&str>, field: &str) -> Result<Option<Duration>, InvalidSpec> {
+    source
+        .map(|d| {
+            parse_go_duration(d).ok_or_else(|| InvalidSpec {
+                field: format!("{field}.staleAfter"),
+                message: format!(
+                    "invalid duration {d:?}: use a Go duration such as 2m or 90s, at most 2562047h"
+                ),
+            })
+        })
+        .transpose()
+}
+
 fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
     let spec = &policy.spec;
     let mut matchers = Vec::with_capacity(spec.matchers.len());
@@ -209,6 +231,7 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
                 reason_source: c.reason.clone(),
                 for_source: c.for_.clone(),
                 for_,
+                stale_after: stale_after(c.stale_after.as_deref(), &field)?,
             });
         }
         if group.is_empty() {
@@ -233,6 +256,10 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
                         status: Pattern::new(
                             &c.status,
                             &format!("spec.readiness.conditions[{i}].status"),
+                        )?,
+                        stale_after: stale_after(
+                            c.stale_after.as_deref(),
+                            &format!("spec.readiness.conditions[{i}]"),
                         )?,
                     })
                 })
@@ -264,12 +291,18 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
         .as_ref()
         .map(EvictionRules::compile)
         .transpose()?;
+    let reads_staleness = matchers.iter().flatten().any(|c| c.stale_after.is_some())
+        || readiness
+            .iter()
+            .flat_map(|r| &r.conditions)
+            .any(|c| c.stale_after.is_some());
     Ok(Rules {
         node_selector: Selector::new(spec.node_selector.as_ref()),
         matchers,
         readiness,
         max_tainted_nodes: spec.max_tainted_nodes.clone(),
         eviction,
+        reads_staleness,
     })
 }
 

@@ -106,6 +106,9 @@ fn policy(out: &mut String, p: &PolicyExplanation) {
     if p.dry_run {
         flags.push("dry run".into());
     }
+    if p.suspended {
+        flags.push("suspended".into());
+    }
     if p.deleting {
         flags.push("being deleted".into());
     }
@@ -143,11 +146,14 @@ fn policy(out: &mut String, p: &PolicyExplanation) {
                 Some(r) => format!("status {} reason {}", c.want_status, r),
                 None => format!("status {}", c.want_status),
             };
-            let have = match (&c.status, &c.reason) {
+            let mut have = match (&c.status, &c.reason) {
                 (None, _) => "no such condition".to_string(),
                 (Some(s), Some(r)) => format!("{s} ({r})"),
                 (Some(s), None) => s.clone(),
             };
+            if let Some(at) = &c.stale_since {
+                let _ = write!(have, ", reads Unknown: stale since {at}");
+            }
             let window = match (&c.for_, &c.matched_for, &c.taint_at) {
                 (Some(f), Some(m), Some(at)) => format!("; matched for {m} of {f}, taint at {at}"),
                 (Some(f), _, _) => format!("; for {f}"),
@@ -167,7 +173,14 @@ fn policy(out: &mut String, p: &PolicyExplanation) {
             if r.ready { "ready" } else { "not ready" }
         );
         for c in &r.conditions {
-            let have = c.status.as_deref().unwrap_or("no such condition");
+            let mut have = c
+                .status
+                .as_deref()
+                .unwrap_or("no such condition")
+                .to_string();
+            if let Some(at) = &c.stale_since {
+                let _ = write!(have, " (stale since {at})");
+            }
             let _ = writeln!(
                 out,
                 "    condition {} want {}: {have}: {}",

@@ -459,8 +459,10 @@ impl Report {
             })
             .collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        // Each policy's status once the plan is applied (shared/API.md): a policy
+        // whose only pending changes are in this plan is Reconciled.
         let policies = plan
-            .policies
+            .policies_after
             .iter()
             .map(|p| PolicyReport {
                 name: p.name.clone(),

@@ -343,7 +343,7 @@ fn assert_nodes(report: &Value, expected: &[NodeChanges]) {
     }
 }
 
-/// Asserts the policy summaries: counts, and the reason a not-yet-applied plan reports.
+/// Asserts the policy summaries: counts, and the status once the plan is applied.
 fn assert_policies(report: &Value, expected: &[(&str, u64, u64, u64)]) {
     let policies = report["policies"].as_array().expect("policies is a list");
     assert_eq!(policies.len(), expected.len(), "one entry per policy");
@@ -356,14 +356,14 @@ fn assert_policies(report: &Value, expected: &[(&str, u64, u64, u64)]) {
         );
         assert_eq!(u64_field(p, "taintedNodes"), tainted, "{name} taintedNodes");
         assert_eq!(u64_field(p, "pendingNodes"), pending, "{name} pendingNodes");
-        // Nothing has been applied yet, so every policy still has nodes to change;
-        // nic-kaput's nodes stay NoSchedule until their drains allow NoExecute.
-        assert_eq!(p["ready"], json!(false), "{name} ready");
-        let reason = if name == "nic-kaput" {
-            "Draining"
+        // The status once the plan is applied: converged, but nic-kaput's nodes stay
+        // NoSchedule until their drains allow NoExecute.
+        let (ready, reason) = if name == "nic-kaput" {
+            (false, "Draining")
         } else {
-            "Progressing"
+            (true, "Reconciled")
         };
+        assert_eq!(p["ready"], json!(ready), "{name} ready");
         assert_eq!(str_field(p, "reason"), reason, "{name} reason");
         let counts = format!("{tainted} of {selected} selected nodes tainted");
         assert!(

@@ -106,6 +106,7 @@ pub fn cond(type_: &str, status: &str) -> Cond {
         status: status.into(),
         reason: None,
         for_: None,
+        stale_after: None,
     })
 }
 
@@ -117,6 +118,12 @@ impl Cond {
 
     pub fn for_(mut self, duration: &str) -> Self {
         self.0.for_ = Some(duration.into());
+        self
+    }
+
+    /// `staleAfter`.
+    pub fn stale_after(mut self, duration: &str) -> Self {
+        self.0.stale_after = Some(duration.into());
         self
     }
 }
@@ -151,6 +158,7 @@ pub fn policy(name: &str) -> PolicyBuilder {
                 dry_run: false,
                 max_tainted_nodes: None,
                 eviction: None,
+                suspend: false,
             },
             status: None,
         },
@@ -222,7 +230,24 @@ impl PolicyBuilder {
         self.readiness_mut().conditions.push(ReadinessCondition {
             type_: type_.into(),
             status: status.into(),
+            stale_after: None,
         });
+        self
+    }
+
+    /// A readiness condition with `staleAfter`.
+    pub fn ready_when_fresh(mut self, type_: &str, status: &str, stale_after: &str) -> Self {
+        self.readiness_mut().conditions.push(ReadinessCondition {
+            type_: type_.into(),
+            status: status.into(),
+            stale_after: Some(stale_after.into()),
+        });
+        self
+    }
+
+    /// `spec.suspend: true`.
+    pub fn suspended(mut self) -> Self {
+        self.policy.spec.suspend = true;
         self
     }
 
@@ -416,6 +441,24 @@ impl NodeBuilder {
             status: status.into(),
             reason: reason.map(str::to_string),
             last_transition_time: since.map(Time),
+            ..NodeCondition::default()
+        });
+        self
+    }
+
+    /// A condition with its last transition and last heartbeat (either may be absent).
+    pub fn condition_seen(
+        mut self,
+        type_: &str,
+        status: &str,
+        since: Option<Timestamp>,
+        heartbeat: Option<Timestamp>,
+    ) -> Self {
+        self.push_condition(NodeCondition {
+            type_: type_.into(),
+            status: status.into(),
+            last_transition_time: since.map(Time),
+            last_heartbeat_time: heartbeat.map(Time),
             ..NodeCondition::default()
         });
         self

@@ -8,6 +8,7 @@
 
 mod cli;
 mod common;
+mod day2;
 mod eviction;
 mod examples;
 mod leader;
@@ -183,6 +184,9 @@ async fn e2e_suite() {
         s.run("for window", lifecycle::for_window(h)).await;
         s.run("maxTaintedNodes", lifecycle::max_tainted_nodes(h))
             .await;
+        // day-2 controls: suspend, conditions whose reporter stopped
+        s.run("suspend freezes a policy", day2::suspend(h)).await;
+        s.run("stale heartbeat", day2::stale_heartbeat(h)).await;
         // drains (spec.eviction): the per-zone pace, a zone held, drainTimeout across a failover
         s.run("eviction pacing", eviction::pacing(h)).await;
         s.run("eviction zone hold", eviction::zone_hold(h)).await;

@@ -298,6 +298,11 @@ mod tests {
                 readiness("d", json!({"dryRun": true})),
             ),
             policy(
+                "suspended",
+                "2026-01-01T00:00:03Z",
+                readiness("s", json!({"suspend": true})),
+            ),
+            policy(
                 "invalid",
                 "2026-01-01T00:00:02Z",
                 readiness(

@@ -145,6 +145,7 @@ struct NodeConditionWire {
     status: String,
     reason: Option<String>,
     last_transition_time: Option<Time>,
+    last_heartbeat_time: Option<Time>,
 }
 
 impl<'de> Deserialize<'de> for CachedNode {
@@ -168,6 +169,7 @@ impl<'de> Deserialize<'de> for CachedNode {
                     status: sym(&c.status),
                     reason: sym(c.reason.as_deref().unwrap_or_default()),
                     last_transition: c.last_transition_time.map(|t| t.0),
+                    last_heartbeat: c.last_heartbeat_time.map(|t| t.0),
                 })
                 .collect(),
             managed: ManagedTaints::parse(annotations.managed.as_deref()),
