@@ -86,20 +86,21 @@ def api_tls() -> tuple[str, int, ssl.SSLContext]:
     if not _TLS:
         cfg = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
         cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
-        files = tempfile.mkdtemp(prefix="taint-operator-real-tls-")
+        # the credentials go to files only while the context loads them
+        with tempfile.TemporaryDirectory(prefix="taint-operator-real-tls-") as files:
 
-        def pem(name: str, data_key: str, file_key: str) -> str:
-            if data_key in cluster or data_key in user:
-                path = os.path.join(files, name)
-                Path(path).write_bytes(base64.b64decode(cluster.get(data_key) or user[data_key]))
-                return path
-            return cluster.get(file_key) or user[file_key]
+            def pem(name: str, data_key: str, file_key: str) -> str:
+                if data_key in cluster or data_key in user:
+                    path = os.path.join(files, name)
+                    Path(path).write_bytes(base64.b64decode(cluster.get(data_key) or user[data_key]))
+                    return path
+                return cluster.get(file_key) or user[file_key]
 
-        ctx = ssl.create_default_context(cafile=pem("ca.crt", "certificate-authority-data", "certificate-authority"))
-        ctx.load_cert_chain(
-            pem("client.crt", "client-certificate-data", "client-certificate"),
-            pem("client.key", "client-key-data", "client-key"),
-        )
+            ctx = ssl.create_default_context(cafile=pem("ca.crt", "certificate-authority-data", "certificate-authority"))
+            ctx.load_cert_chain(
+                pem("client.crt", "client-certificate-data", "client-certificate"),
+                pem("client.key", "client-key-data", "client-key"),
+            )
         url = urllib.parse.urlsplit(cluster["server"])
         _TLS.update(host=url.hostname, port=url.port or 443, ctx=ctx)
     return _TLS["host"], _TLS["port"], _TLS["ctx"]
