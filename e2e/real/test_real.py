@@ -985,7 +985,7 @@ def test_4_webhook_taints_nodes_in_their_create(release, chart, helm_cfg):
             15,
         )
         time.sleep(1)  # both replicas' caches: the standby may be the one the Service picks
-        for i in range(4):  # the Service spreads the calls over both replicas
+        for i in range(4):  # one after another: the API server's kept connection brings all to one replica (see 1c)
             joined = create_node(f"e2e-webhook-yes-{i}", {label: "yes"})
             assert JOIN_KEY in {t["key"] for t in k8s.taints(joined)}, f"CREATE answer: {k8s.taints(joined)}"
             owners = json.loads(k8s.annotations(joined).get(MANAGED, "{}"))
