@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import http.client
 import json
 import os
+import ssl
 import subprocess
+import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,6 +74,60 @@ def wait_until(what: str, probe: Callable[[], Any], timeout: float, interval: fl
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_TLS: dict[str, Any] = {}
+
+
+def api_tls() -> tuple[str, int, ssl.SSLContext]:
+    """The API server's host and port and a TLS context with the admin's client
+    certificate, from the kubeconfig (for requests kubectl cannot make, such as
+    several at the same moment)."""
+    if not _TLS:
+        cfg = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+        cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
+        # the credentials go to files only while the context loads them
+        with tempfile.TemporaryDirectory(prefix="taint-operator-real-tls-") as files:
+
+            def pem(name: str, data_key: str, file_key: str) -> str:
+                if data_key in cluster or data_key in user:
+                    path = os.path.join(files, name)
+                    Path(path).write_bytes(base64.b64decode(cluster.get(data_key) or user[data_key]))
+                    return path
+                return cluster.get(file_key) or user[file_key]
+
+            ctx = ssl.create_default_context(cafile=pem("ca.crt", "certificate-authority-data", "certificate-authority"))
+            ctx.load_cert_chain(
+                pem("client.crt", "client-certificate-data", "client-certificate"),
+                pem("client.key", "client-key-data", "client-key"),
+            )
+        url = urllib.parse.urlsplit(cluster["server"])
+        _TLS.update(host=url.hostname, port=url.port or 443, ctx=ctx)
+    return _TLS["host"], _TLS["port"], _TLS["ctx"]
+
+
+def api_connection() -> http.client.HTTPSConnection:
+    """An HTTPS connection to the API server, already open (TLS done)."""
+    host, port, ctx = api_tls()
+    conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=20)
+    conn.connect()
+    return conn
+
+
+def api_send(conn: http.client.HTTPSConnection, method: str, path: str, body: Any = None) -> tuple[int, list[str], str]:
+    """One request on `conn`: (status, the Warning headers, the body)."""
+    data = json.dumps(body).encode() if body is not None else None
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", "Accept": "application/json"})
+    resp = conn.getresponse()
+    return resp.status, resp.headers.get_all("Warning") or [], resp.read().decode()
+
+
+def warning_text(header: str) -> str:
+    """The text of an HTTP Warning header as the API server sends it: `299 - "text"`."""
+    code, _, rest = header.partition(" ")
+    agent, _, text = rest.partition(" ")
+    assert code == "299" and agent == "-", header
+    return json.loads(text) if text.startswith('"') else text
 
 
 # ---------------------------------------------------------------- the node

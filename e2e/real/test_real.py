@@ -90,6 +90,277 @@ def test_1_operator_pods_run_ready_with_one_leader(release):
     MEASUREMENTS["operator memory, idle after install"] = k8s.operator_memory()
 
 
+# --------------------------------------------------------------------------- 1b-1d: the policy webhook
+
+POLICY_WEBHOOK = f"{k8s.FULLNAME}-policies"
+POLICY_WEBHOOK_NAME = "taintpolicies.nodetaint.io"
+ADMIT_KEY = TEST_TAINT_PREFIX + "admission"
+ADMIT_NOEXEC_KEY = TEST_TAINT_PREFIX + "admission-noexec"
+# kubectl dry runs of a good policy; then bursts of dry runs sent at once until both replicas answered.
+DRY_RUNS, BURST, MAX_BURSTS = 6, 8, 10
+
+
+def metrics_of(pod: dict) -> str:
+    url = f"http://{pod['status']['podIP']}:8080/metrics"
+    done = subprocess.run(["curl", "-sf", "--max-time", "5", url], capture_output=True, text=True)
+    assert done.returncode == 0, f"{url}: curl exited {done.returncode}: {done.stderr}"
+    return done.stdout
+
+
+def samples(body: str, metric: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample of `metric` in a /metrics body."""
+    out = []
+    for line in body.splitlines():
+        if not line.startswith(metric + "{") and not line.startswith(metric + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        labels = {}
+        if "{" in head:
+            for pair in head[head.index("{") + 1 : head.rindex("}")].split(","):
+                if pair:
+                    k, _, v = pair.partition("=")
+                    labels[k] = v.strip('"')
+        out.append((labels, float(value)))
+    return out
+
+
+def policy_reviews(pod: dict, **want: str) -> int:
+    """taint_operator_webhook_requests_total of the taintpolicy webhook in this replica,
+    summed over the samples whose labels match `want`."""
+    return int(
+        sum(
+            v
+            for labels, v in samples(metrics_of(pod), "taint_operator_webhook_requests_total")
+            if labels.get("webhook") == "taintpolicy" and all(labels.get(k) == x for k, x in want.items())
+        )
+    )
+
+
+def warnings_of(done: subprocess.CompletedProcess) -> list[str]:
+    return [line[len("Warning: ") :] for line in done.stderr.splitlines() if line.startswith("Warning: ")]
+
+
+@pytest.fixture(scope="class")
+def policy_webhook(release):
+    """The default install's ValidatingWebhookConfiguration, once its Service answers."""
+    vwc = k8s.get("validatingwebhookconfiguration", POLICY_WEBHOOK)
+    assert vwc, f"no ValidatingWebhookConfiguration {POLICY_WEBHOOK} after the default install"
+    wait_until("the webhook Service answers", lambda: service_answers("webhook", "/validate-taintpolicy"), 30)
+    pods = k8s.live_operator_pods()
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    return {"vwc": vwc, "pods": sorted(pods, key=lambda p: p["metadata"]["name"])}
+
+
+class TestPolicyWebhook:
+    """The validating webhook for TaintPolicy that the default install registers,
+    called by the API server through the Service (both replicas behind it)."""
+
+    def test_1b_a_policy_whose_regex_does_not_compile_is_refused_and_not_stored(self, release, policy_webhook):
+        hooks = policy_webhook["vwc"]["webhooks"]
+        assert [h["name"] for h in hooks] == [POLICY_WEBHOOK_NAME], hooks
+        hook = hooks[0]
+        assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 5, hook
+        assert hook["sideEffects"] == "None", hook
+        assert hook["rules"] == [
+            {
+                "operations": ["CREATE", "UPDATE"],
+                "apiGroups": ["nodetaint.io"],
+                "apiVersions": ["v1alpha1"],
+                "resources": ["taintpolicies"],
+                "scope": "Cluster",
+            }
+        ], hook["rules"]
+        svc = hook["clientConfig"]["service"]
+        assert svc == {"name": k8s.FULLNAME, "namespace": k8s.NAMESPACE, "path": "/validate-taintpolicy", "port": 443}, svc
+        secret = k8s.get("secret", f"{k8s.FULLNAME}-webhook-tls", k8s.NAMESPACE)
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "caBundle is not the chart's CA"
+        # the node webhook stays off by default
+        assert not k8s.get("mutatingwebhookconfiguration", k8s.FULLNAME)
+        for p in policy_webhook["pods"]:
+            args = p["spec"]["containers"][0]["args"]
+            assert "--registered-webhooks=taintpolicy" in args, args
+
+        pods = policy_webhook["pods"]
+        refused_before = sum(policy_reviews(p, outcome="refused") for p in pods)
+        matcher = k8s.matcher_policy("e2e-admit-kaput", ADMIT_KEY, "E2EAdmission")
+        matcher["spec"]["matchers"][0]["conditions"][0]["status"] = "Kaput("
+        readiness = k8s.policy(
+            "e2e-admit-kaput-ready",
+            "readiness.k8s.io/e2e-admission",
+            readiness={"conditions": [{"type": "E2EAdmissionReady", "status": "Kaput("}]},
+        )
+        cases = [(matcher, "spec.matchers[0].conditions[0].status"), (readiness, "spec.readiness.conditions[0].status")]
+        try:
+            for pol, field in cases:
+                name = pol["metadata"]["name"]
+                done = kubectl("apply", "-f", "-", stdin=json.dumps(pol), check=False)
+                said = done.stdout + done.stderr
+                assert done.returncode != 0, f"{name} was accepted:\n{said}"
+                want = (
+                    f'Error from server: error when creating "STDIN": admission webhook "{POLICY_WEBHOOK_NAME}"'
+                    f' denied the request: {field}: invalid regex "Kaput(": '
+                )
+                assert want in done.stderr, f"expected {want!r} in:\n{said}"
+                assert not k8s.get("taintpolicy", name), f"{name} was stored although refused"
+                MEASUREMENTS[f"policy webhook: refused apply ({field})"] = done.stderr.strip()
+            refused = sum(policy_reviews(p, outcome="refused") for p in pods) - refused_before
+            assert refused == 2, f"refused reviews counted by the replicas: {refused}, want 2"
+        finally:
+            k8s.delete_policies(*(pol["metadata"]["name"] for pol, _ in cases))
+
+    def test_1c_a_server_dry_run_shows_the_impact_from_both_replicas(self, release, policy_webhook):
+        """kubectl's dry runs, one after another, all reach one replica: the API server
+        keeps its HTTP/1.1 connection to the webhook Service open and reuses it, so
+        the Service picks a replica per connection, not per request. Dry runs sent at
+        the same moment make it open more connections, which the Service spreads:
+        so both replicas answer, and every answer must carry the impact warning (the
+        standby's caches have synced too)."""
+        name = "e2e-admit-impact"
+        node = k8s.node_name()
+        pods = policy_webhook["pods"]
+        names = [p["metadata"]["name"] for p in pods]
+        pol = k8s.matcher_policy(name, ADMIT_KEY, "E2EAdmission")
+        pol["spec"]["nodeSelector"] = {"matchLabels": {"kubernetes.io/hostname": node}}
+        want = f"impact: would taint 1 of 1 selected nodes now ({node})"
+
+        def reviews() -> dict[str, int]:
+            return {p["metadata"]["name"]: policy_reviews(p, operation="CREATE") for p in pods}
+
+        try:
+            k8s.set_condition("E2EAdmission", "True")
+            for p in pods:
+                registered = samples(metrics_of(p), "taint_operator_webhook_registered")
+                assert ({"webhook": "taintpolicy"}, 1.0) in registered, f"{p['metadata']['name']}: {registered}"
+                assert ({"webhook": "node"}, 1.0) not in registered, f"{p['metadata']['name']}: {registered}"
+            leader = k8s.lease_holder()
+
+            # a) kubectl, one dry run after another: each answered (by the one replica
+            # on the API server's kept connection) with the impact warning
+            by_kubectl = dict.fromkeys(names, 0)
+            took = []
+            for i in range(DRY_RUNS):
+                before = reviews()
+                t0 = time.monotonic()
+                done = kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(pol), check=False)
+                took.append(time.monotonic() - t0)
+                after = reviews()
+                by = [n for n in names if after[n] != before[n]]
+                assert len(by) == 1 and after[by[0]] == before[by[0]] + 1, f"dry run {i}: reviews before {before}, after {after}"
+                by_kubectl[by[0]] += 1
+                assert done.returncode == 0, f"dry run {i} ({by[0]} answered): {done.stdout}{done.stderr}"
+                assert f"taintpolicy.nodetaint.io/{name} created (server dry run)" in done.stdout, done.stdout
+                assert warnings_of(done) == [want], f"dry run {i}, answered by {by[0]}: {done.stderr!r}"
+
+            # b) dry runs sent at the same moment (what kubectl sends: a POST with
+            # dryRun=All), a burst at a time, until both replicas have answered
+            path = "/apis/nodetaint.io/v1alpha1/taintpolicies?dryRun=All&fieldManager=e2e"
+            by_burst = dict.fromkeys(names, 0)
+            bursts = 0
+            while not all(by_kubectl[n] + by_burst[n] for n in names):
+                assert bursts < MAX_BURSTS, (
+                    f"one replica answered every dry run: kubectl {by_kubectl}, {bursts} bursts of {BURST} {by_burst}"
+                )
+                before = reviews()
+                conns = [k8s.api_connection() for _ in range(BURST)]
+                gate = threading.Barrier(BURST)
+                answers: list = [None] * BURST
+
+                def send(j: int) -> None:
+                    gate.wait()
+                    try:
+                        answers[j] = k8s.api_send(conns[j], "POST", path, pol)
+                    except Exception as e:  # noqa: BLE001 - reported below
+                        answers[j] = e
+
+                threads = [threading.Thread(target=send, args=(j,)) for j in range(BURST)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(30)
+                for c in conns:
+                    c.close()
+                bursts += 1
+                for j, a in enumerate(answers):
+                    assert isinstance(a, tuple) and a[0] == 201, f"burst {bursts}, dry run {j}: {a!r}"
+                    assert [k8s.warning_text(w) for w in a[1]] == [want], f"burst {bursts}, dry run {j}: warnings {a[1]}"
+                after = reviews()
+                assert sum(after.values()) - sum(before.values()) == BURST, f"burst {bursts}: reviews {before} -> {after}"
+                for n in names:
+                    by_burst[n] += after[n] - before[n]
+            assert not k8s.get("taintpolicy", name), "a dry run stored the policy"
+            assert not k8s.has_taint(ADMIT_KEY), "a dry run tainted the node"
+
+            role = {n: "leader" if n == leader else "standby" for n in names}
+            MEASUREMENTS["policy webhook: kubectl dry runs (one after another) answered by"] = ", ".join(
+                f"{role[n]} {by_kubectl[n]}" for n in names
+            )
+            MEASUREMENTS["policy webhook: concurrent dry runs answered by"] = (
+                ", ".join(f"{role[n]} {by_burst[n]}" for n in names) + f" ({bursts} bursts of {BURST})"
+            )
+            times = sorted(took)
+            MEASUREMENTS["policy webhook: kubectl apply --dry-run=server round trip"] = (
+                f"min {times[0]:.2f} s, median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s ({len(times)} runs)"
+            )
+            own = []
+            for p in pods:
+                body = metrics_of(p)
+                total = sum(v for lab, v in samples(body, "taint_operator_webhook_duration_seconds_sum") if lab.get("webhook") == "taintpolicy")
+                count = sum(v for lab, v in samples(body, "taint_operator_webhook_duration_seconds_count") if lab.get("webhook") == "taintpolicy")
+                n = p["metadata"]["name"]
+                assert count >= by_kubectl[n] + by_burst[n], (n, count)
+                own.append(f"{role[n]} {1000 * total / count:.2f} ms mean of {count:.0f}")
+            MEASUREMENTS["policy webhook: review answered in (the replica's own histogram)"] = "; ".join(own)
+        finally:
+            k8s.set_condition("E2EAdmission", "False")
+            k8s.delete_policies(name)
+
+    def test_1d_a_noexecute_policy_without_eviction_is_stored_with_a_warning(self, release, policy_webhook):
+        name = "e2e-admit-noexec"
+        node = k8s.node_name()
+        pol = k8s.matcher_policy(name, ADMIT_NOEXEC_KEY, "E2EAdmissionNoExec", effect="NoExecute")
+        pol["spec"]["nodeSelector"] = {"matchLabels": {"kubernetes.io/hostname": node}}
+        noexec = (
+            f"spec.taints[0] ({ADMIT_NOEXEC_KEY}:NoExecute) has no spec.eviction: every pod that does not"
+            " tolerate it is deleted at once, whatever its PodDisruptionBudget says; add spec.eviction to drain first"
+        )
+        impact = "impact: would taint 0 of 1 selected nodes now"
+        try:
+            k8s.set_condition("E2EAdmissionNoExec", "False")  # never True: the taint would evict pods
+            done = kubectl("apply", "-f", "-", stdin=json.dumps(pol))
+            assert f"taintpolicy.nodetaint.io/{name} created" in done.stdout, done.stdout
+            assert warnings_of(done) == [impact, noexec], done.stderr
+            stored = k8s.get("taintpolicy", name)
+            assert stored and stored["spec"]["taints"] == [{"key": ADMIT_NOEXEC_KEY, "effect": "NoExecute"}], stored
+
+            # an UPDATE goes through the webhook too: with spec.eviction the warning goes ...
+            pol["spec"]["eviction"] = {}
+            done = kubectl("apply", "-f", "-", stdin=json.dumps(pol))
+            assert f"taintpolicy.nodetaint.io/{name} configured" in done.stdout, done.stdout
+            assert warnings_of(done) == [impact], done.stderr
+            # ... and an update that breaks a regex is refused, the stored policy kept
+            bad = json.loads(json.dumps(pol))
+            bad["spec"]["matchers"][0]["conditions"][0]["status"] = "Kaput("
+            done = kubectl("apply", "-f", "-", stdin=json.dumps(bad), check=False)
+            assert done.returncode != 0 and (
+                f'admission webhook "{POLICY_WEBHOOK_NAME}" denied the request:'
+                ' spec.matchers[0].conditions[0].status: invalid regex "Kaput("'
+            ) in done.stderr, done.stdout + done.stderr
+            stored = k8s.get("taintpolicy", name)
+            assert stored["spec"]["matchers"][0]["conditions"][0]["status"] == "True", stored["spec"]
+            assert stored["spec"].get("eviction") == {}, stored["spec"]
+            # the operator took it: observed, Ready, nothing tainted (the condition is not True)
+            wait_until(
+                "policy observed",
+                lambda: (k8s.get("taintpolicy", name) or {}).get("status", {}).get("observedGeneration") == 2,
+                15,
+            )
+            assert not k8s.has_taint(ADMIT_NOEXEC_KEY), k8s.taints()
+        finally:
+            k8s.delete_policies(name)
+        assert not k8s.get("taintpolicy", name)
+        assert not k8s.has_taint(ADMIT_NOEXEC_KEY)
+
+
 # --------------------------------------------------------------------------- 2
 
 AGENT_NS = "e2e-agent"
@@ -669,11 +940,11 @@ class TestDrains:
 JOIN_KEY = TEST_TAINT_PREFIX + "joining"
 
 
-def service_answers(port_name: str) -> bool:
+def service_answers(port_name: str, path: str | None = None) -> bool:
     svc = k8s.get("service", k8s.FULLNAME, k8s.NAMESPACE)
     port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == port_name)
     scheme = "https" if port_name == "webhook" else "http"
-    path = "/mutate-node" if port_name == "webhook" else "/metrics"
+    path = path or ("/mutate-node" if port_name == "webhook" else "/metrics")
     done = subprocess.run(
         ["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2",
          f"{scheme}://{svc['spec']['clusterIP']}:{port}{path}"],
@@ -714,7 +985,7 @@ def test_4_webhook_taints_nodes_in_their_create(release, chart, helm_cfg):
             15,
         )
         time.sleep(1)  # both replicas' caches: the standby may be the one the Service picks
-        for i in range(4):  # the Service spreads the calls over both replicas
+        for i in range(4):  # one after another: the API server's kept connection brings all to one replica (see 1c)
             joined = create_node(f"e2e-webhook-yes-{i}", {label: "yes"})
             assert JOIN_KEY in {t["key"] for t in k8s.taints(joined)}, f"CREATE answer: {k8s.taints(joined)}"
             owners = json.loads(k8s.annotations(joined).get(MANAGED, "{}"))
