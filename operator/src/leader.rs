@@ -1,19 +1,36 @@
 //! Leader election on a `coordination.k8s.io` Lease: only the holder writes.
 //!
-//! The holder renews every `duration / 3`. A replica takes the lease over only
-//! when its holder has not renewed for a whole `duration`. A leader that cannot
-//! renew before its lease runs out stops (the process exits and restarts), so two
-//! replicas never write at once.
+//! Three durations, as client-go's leader election has them: a lease lasts
+//! `duration` (15 s) without renewal; the holder renews every `retry_period`
+//! (2 s) and gives up, stopping the process, when it has not renewed for
+//! `renew_deadline` (10 s); a standby looks every `retry_period` and takes the
+//! lease over only once it has seen the record unchanged for a whole `duration`,
+//! measured on its own monotonic clock from when it saw the record change (never
+//! by comparing the holder's `renewTime` with its own wall clock, which may be
+//! skewed). Every Lease call is bounded by the time left to the deadline, so a
+//! connection that hangs instead of failing cannot keep a leader writing past it.
+//! Since `renew_deadline < duration`, a leader that cannot renew stops before any
+//! standby can acquire: never two writers.
 //!
 //! The `leading` gauge (`taint_operator_leader`) is 1 from acquiring the lease to
 //! losing or releasing it: summed over the replicas it says whether anyone leads.
+//! [`LeaseHealth`] tells the liveness probe whether Lease calls still complete.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+// Tokio's clock: the same as the system's monotonic clock, and the tests can pause it.
+use tokio::time::Instant;
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::MicroTime,
-    jiff::{SignedDuration, Timestamp},
+    jiff::Timestamp,
 };
 use kube::{
     Api, Client,
@@ -23,75 +40,165 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::controller::error::{Error, Result};
 
+/// The three durations of an election (see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// When a Lease call last completed (an answer, whatever it said), for liveness.
+#[derive(Debug)]
+pub struct LeaseHealth {
+    started: Instant,
+    /// Milliseconds after `started`.
+    last_answer: AtomicU64,
+}
+
+impl Default for LeaseHealth {
+    fn default() -> Self {
+        LeaseHealth {
+            started: Instant::now(),
+            last_answer: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LeaseHealth {
+    fn answered(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_answer.store(ms, Ordering::Release);
+    }
+
+    /// How long since a Lease call last completed (or since the start).
+    pub fn silent_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_answer.load(Ordering::Acquire));
+        self.started.elapsed().saturating_sub(last)
+    }
+}
+
+/// The record a standby last saw, and when it saw it change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observed {
+    holder: Option<String>,
+    renew_time: Option<Timestamp>,
+    resource_version: Option<String>,
+}
+
 pub struct LeaderElector {
     api: Api<Lease>,
     name: String,
     identity: String,
-    duration: Duration,
+    timing: Timing,
     leading: Gauge,
+    health: Arc<LeaseHealth>,
+    observed: Mutex<Option<(Observed, Instant)>>,
+}
+
+/// What one look at the Lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// This replica holds it (acquired or renewed now).
+    Held,
+    /// Another replica holds it and has renewed it within a lease duration.
+    Taken,
 }
 
 impl LeaderElector {
+    /// `client` should be one of its own, outside the node writes' request limiter:
+    /// a renewal must not wait behind a burst of node patches.
     pub fn new(
         client: Client,
         namespace: &str,
         name: &str,
         identity: &str,
-        duration: Duration,
+        timing: Timing,
         leading: Gauge,
     ) -> Self {
+        debug_assert!(timing.renew_deadline < timing.duration);
         LeaderElector {
             api: Api::namespaced(client, namespace),
             name: name.into(),
             identity: identity.into(),
-            duration,
+            timing,
             leading,
+            health: Arc::default(),
+            observed: Mutex::new(None),
         }
+    }
+
+    pub fn health(&self) -> Arc<LeaseHealth> {
+        self.health.clone()
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing
     }
 
     /// Waits until this replica holds the lease.
     pub async fn acquire(&self) {
         let mut logged = false;
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => {
+            let look =
+                tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew()).await;
+            match look {
+                Ok(Ok(Look::Held)) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
                     self.leading.set(1);
                     return;
                 }
-                Ok(false) if !logged => {
+                Ok(Ok(Look::Taken)) if !logged => {
                     tracing::info!(lease = %self.name, "another replica leads; waiting");
                     logged = true;
                 }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(lease = %self.name, error = %e, "lease check failed"),
+                Ok(Ok(Look::Taken)) => {}
+                Ok(Err(e)) => tracing::warn!(lease = %self.name, error = %e, "lease check failed"),
+                Err(_) => tracing::warn!(lease = %self.name, "lease check timed out"),
             }
-            tokio::time::sleep(self.duration / 5).await;
+            tokio::time::sleep(self.timing.retry_period).await;
         }
     }
 
-    /// Renews the lease until it cannot; returns when leadership is lost.
+    /// Renews the lease until it cannot; returns when leadership is lost (taken,
+    /// or not renewed for `renew_deadline`). The caller must stop writing then.
     pub async fn hold(&self) {
         self.renew_while_held().await;
         self.leading.set(0);
     }
 
     async fn renew_while_held(&self) {
-        let mut last_renewal = std::time::Instant::now();
+        // The last renewal's request went out then: the lease runs from no later.
+        let mut renewed = Instant::now();
         loop {
-            tokio::time::sleep(self.duration / 3).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = std::time::Instant::now(),
-                Ok(false) => {
+            tokio::time::sleep(self.timing.retry_period).await;
+            let Some(left) = self.timing.renew_deadline.checked_sub(renewed.elapsed()) else {
+                tracing::error!(lease = %self.name, "lease not renewed within the renew deadline");
+                return;
+            };
+            let sent = Instant::now();
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(Look::Held)) => renewed = sent,
+                Ok(Ok(Look::Taken)) => {
                     tracing::error!(lease = %self.name, "lease taken by another replica");
                     return;
                 }
-                Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "lease renewal failed");
-                    // Stop before the lease can expire under us.
-                    if last_renewal.elapsed() + self.duration / 3 >= self.duration {
-                        return;
-                    }
+                Ok(Err(e)) => {
+                    tracing::warn!(lease = %self.name, error = %e, "lease renewal failed")
+                }
+                Err(_) => {
+                    tracing::error!(lease = %self.name, "lease renewal hung until the renew deadline");
+                    return;
                 }
             }
         }
@@ -100,28 +207,52 @@ impl LeaderElector {
     /// Gives the lease up on shutdown, so the next replica need not wait it out.
     pub async fn release(&self) {
         self.leading.set(0);
-        if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await {
-            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            if spec.holder_identity.as_deref() == Some(&self.identity) {
-                spec.holder_identity = None;
-                let _ = self
-                    .api
-                    .replace(&self.name, &PostParams::default(), &lease)
-                    .await;
+        let give_up = async {
+            if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await {
+                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+                if spec.holder_identity.as_deref() == Some(&self.identity) {
+                    spec.holder_identity = None;
+                    let _ = self
+                        .api
+                        .replace(&self.name, &PostParams::default(), &lease)
+                        .await;
+                }
             }
-        }
+        };
+        // Shutting down: a hung call must not hold the exit.
+        let _ = tokio::time::timeout(self.timing.renew_deadline, give_up).await;
     }
 
-    async fn try_acquire_or_renew(&self) -> Result<bool> {
+    /// Whether this replica may take the lease as `lease` has it: it is free, or
+    /// this replica has seen it unchanged for a whole lease duration.
+    fn expired(&self, lease: &Lease) -> bool {
+        let spec = lease.spec.as_ref();
+        let seen = Observed {
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+            renew_time: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+            resource_version: lease.metadata.resource_version.clone(),
+        };
+        let mut observed = self.observed.lock().expect("observed lease lock");
+        let since = match observed.as_ref() {
+            Some((o, at)) if *o == seen => *at,
+            _ => {
+                let now = Instant::now();
+                *observed = Some((seen.clone(), now));
+                now
+            }
+        };
+        seen.holder.is_none() || since.elapsed() >= self.timing.duration
+    }
+
+    async fn try_acquire_or_renew(&self) -> Result<Look> {
         let now = Timestamp::now();
-        let secs = self.duration.as_secs() as i32;
+        let secs = self.timing.duration.as_secs() as i32;
         let call = |what: &str| format!("{what} lease {}", self.name);
-        let Some(mut lease) = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(|e| Error::kube(call("get"), e))?
-        else {
+        let found = self.api.get_opt(&self.name).await;
+        self.health.answered();
+        let Some(mut lease) = found.map_err(|e| Error::kube(call("get"), e))? else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -136,23 +267,23 @@ impl LeaderElector {
                     ..LeaseSpec::default()
                 }),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            let created = self.api.create(&PostParams::default(), &lease).await;
+            self.health.answered();
+            return match created {
+                Ok(_) => Ok(Look::Held),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Look::Taken),
                 Err(e) => Err(Error::kube(call("create"), e)),
             };
         };
-        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        let mine = holder.as_deref() == Some(self.identity.as_str());
-        let expired = spec.renew_time.as_ref().is_none_or(|r| {
-            let held_for =
-                SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(secs)));
-            r.0.checked_add(held_for).is_ok_and(|end| end < now)
-        });
-        if !mine && holder.is_some() && !expired {
-            return Ok(false);
+        let mine = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(self.identity.as_str());
+        if !mine && !self.expired(&lease) {
+            return Ok(Look::Taken);
         }
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if !mine {
             spec.acquire_time = Some(MicroTime(now));
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
@@ -161,13 +292,14 @@ impl LeaderElector {
         spec.renew_time = Some(MicroTime(now));
         spec.lease_duration_seconds = Some(secs);
         // replace carries the resourceVersion we read: a concurrent taker gets 409.
-        match self
+        let replaced = self
             .api
             .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            .await;
+        self.health.answered();
+        match replaced {
+            Ok(_) => Ok(Look::Held),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Look::Taken),
             Err(e) => Err(Error::kube(call("update"), e)),
         }
     }

@@ -28,7 +28,7 @@ use crate::{
         node_reconciler, policy_reconciler, policy_status, resync,
         watches::{drive_nodes, feed_node_queue, sync_gate, watch_policies},
     },
-    leader::LeaderElector,
+    leader::{LeaderElector, LeaseHealth, Timing},
     serve::http,
     telemetry::{api_metrics::ApiMetricsLayer, metrics::Metrics},
 };
@@ -82,9 +82,25 @@ pub enum StartupError {
 /// The API client, and the API server's URL for messages. `qps` caps the requests
 /// sent per second (0: no cap).
 pub async fn client(metrics: &Metrics, qps: u32) -> Result<(Client, String), StartupError> {
+    client_with(metrics, qps, WATCH_READ_TIMEOUT).await
+}
+
+/// A read on an open connection that takes longer than this fails: the request is
+/// retried (watches reconnect), rather than hanging on a connection that died
+/// without closing. Longer than a watch's server-side timeout (290 s), so an idle
+/// but healthy watch is never cut.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// [`client`] with its own read timeout.
+pub async fn client_with(
+    metrics: &Metrics,
+    qps: u32,
+    read_timeout: Duration,
+) -> Result<(Client, String), StartupError> {
     let mut config = Config::infer()
         .await
         .map_err(|e| StartupError::Kubeconfig(one_line(&e.to_string())))?;
+    config.read_timeout = Some(read_timeout);
     // kube retries 429, 503 and 504 inside the client, up to 15 times over minutes,
     // holding a node worker all along and hiding every refusal from the request
     // metrics. The operator retries itself instead: a failed node reconcile comes
@@ -205,6 +221,27 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         },
     ));
 
+    // The Lease has a client of its own: outside the node writes' request limiter
+    // (a renewal must not queue behind a burst of patches), and with reads that
+    // cannot outlast the renew deadline.
+    let timing = Timing::default();
+    let elector = if cfg.leader_elect {
+        let (lease_client, _) = client_with(&metrics, 0, timing.renew_deadline)
+            .with_subscriber(tracing::subscriber::NoSubscriber::default())
+            .await?;
+        Some(LeaderElector::new(
+            lease_client,
+            &cfg.lease_namespace,
+            &cfg.lease_name,
+            &cfg.identity,
+            timing,
+            metrics.leader.clone(),
+        ))
+    } else {
+        None
+    };
+    let lease_health = elector.as_ref().map(|e| e.health());
+
     // Every replica serves health, metrics and (when enabled) the webhook.
     let listener = http::bind(cfg.metrics_addr)
         .await
@@ -214,13 +251,20 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         })?;
     tokio::spawn(http::serve(
         listener,
-        http::router(metrics.clone(), {
-            let ctx = ctx.clone();
-            Arc::new(move || {
-                ctx.policies_synced
-                    .load(std::sync::atomic::Ordering::Acquire)
-            })
-        }),
+        http::router(
+            metrics.clone(),
+            {
+                let ctx = ctx.clone();
+                Arc::new(move || {
+                    ctx.policies_synced
+                        .load(std::sync::atomic::Ordering::Acquire)
+                })
+            },
+            {
+                let ctx = ctx.clone();
+                Arc::new(move || liveness(&ctx, lease_health.as_deref(), timing))
+            },
+        ),
         shutdown.clone(),
     ));
     if let Some(webhook) = &cfg.webhook {
@@ -250,16 +294,6 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         all_nodes_rx,
     ));
 
-    let elector = cfg.leader_elect.then(|| {
-        LeaderElector::new(
-            client.clone(),
-            &cfg.lease_namespace,
-            &cfg.lease_name,
-            &cfg.identity,
-            Duration::from_secs(15),
-            metrics.leader.clone(),
-        )
-    });
     match &elector {
         Some(e) => {
             tokio::select! {
@@ -343,6 +377,38 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         tracing::warn!("node events still queued at shutdown; some were not published");
     }
     tracing::info!("shut down");
+    Ok(())
+}
+
+/// How long the node or policy watch may fail without a break before /healthz says so.
+const WATCH_FAILING_LIMIT: Duration = Duration::from_secs(300);
+
+/// /healthz: Lease calls still complete (a replica whose calls all hang, past four
+/// lease durations, is restarted), and the watches have not failed without a break
+/// for five minutes (a restart starts them over; a long API server outage also
+/// restarts the replicas now and then, which costs nothing).
+fn liveness(ctx: &Context, lease: Option<&LeaseHealth>, timing: Timing) -> Result<(), String> {
+    if let Some(lease) = lease
+        && lease.silent_for() > timing.duration * 4
+    {
+        return Err(format!(
+            "no Lease call has completed for {} s",
+            lease.silent_for().as_secs()
+        ));
+    }
+    for (watch, health) in [
+        ("node", &ctx.node_watch_health),
+        ("policy", &ctx.policy_watch_health),
+    ] {
+        if let Some(failing) = health.failing_for()
+            && failing > WATCH_FAILING_LIMIT
+        {
+            return Err(format!(
+                "the {watch} watch has failed without a break for {} s",
+                failing.as_secs()
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -15,7 +15,10 @@ use k8s_openapi::{
 use kube::{Client, api::ObjectMeta};
 use serde_json::{Value, json};
 use support::ApiServerVerifier;
-use taint_operator::{leader::LeaderElector, telemetry::metrics::Metrics};
+use taint_operator::{
+    leader::{LeaderElector, Timing},
+    telemetry::metrics::Metrics,
+};
 
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/taint-system/leases/taint-operator";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/taint-system/leases";
@@ -30,7 +33,7 @@ fn elector(metrics: &Metrics) -> (LeaderElector, ApiServerVerifier) {
         "taint-system",
         "taint-operator",
         "me",
-        Duration::from_secs(15),
+        Timing::default(),
         metrics.leader.clone(),
     );
     (elector, ApiServerVerifier::new(handle, &[]))
@@ -38,17 +41,22 @@ fn elector(metrics: &Metrics) -> (LeaderElector, ApiServerVerifier) {
 
 /// The Lease as the API server holds it: `holder` renewed it just now.
 fn lease(holder: &str) -> Value {
+    lease_at(holder, Timestamp::now(), "7")
+}
+
+/// The Lease as `holder` renewed it at `renewed`, at resourceVersion `rv`.
+fn lease_at(holder: &str, renewed: Timestamp, rv: &str) -> Value {
     serde_json::to_value(Lease {
         metadata: ObjectMeta {
             name: Some("taint-operator".into()),
             namespace: Some("taint-system".into()),
-            resource_version: Some("7".into()),
+            resource_version: Some(rv.into()),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(holder.into()),
             lease_duration_seconds: Some(15),
-            renew_time: Some(MicroTime(Timestamp::now())),
+            renew_time: Some(MicroTime(renewed)),
             ..LeaseSpec::default()
         }),
     })
@@ -102,7 +110,7 @@ async fn the_gauge_is_one_from_acquiring_the_lease_to_releasing_it() {
     server.await.unwrap().no_more_requests().await;
 }
 
-// Paused time: the renewal comes a third of the lease duration (5 s) later.
+// Paused time: the renewal comes a retry period (2 s) later.
 #[tokio::test(start_paused = true)]
 async fn the_gauge_drops_when_another_replica_takes_the_lease() {
     let metrics = Metrics::default();
@@ -137,17 +145,103 @@ async fn a_standby_stays_at_zero_while_another_replica_holds_the_lease() {
     let metrics = Metrics::default();
     let (elector, mut api) = elector(&metrics);
     let server = tokio::spawn(async move {
-        for _ in 0..3 {
+        // At 0, 2, 4 and 6 s.
+        for _ in 0..4 {
             api.expect(Method::GET, LEASE, None)
                 .await
                 .reply(200, &lease("other"));
         }
         api
     });
-    // acquire() keeps waiting: stop it once the third check has been answered.
+    // acquire() keeps waiting: stop it once the fourth check has been answered.
     let waited = tokio::time::timeout(Duration::from_secs(7), elector.acquire()).await;
     assert!(waited.is_err(), "took a lease another replica holds");
     assert_eq!(leader(&metrics), 0);
     drop(elector);
     server.await.unwrap().no_more_requests().await;
+}
+
+/// Expiry is judged by when this replica saw the record change, on its own clock:
+/// a renewTime from an hour ago (a skewed holder clock, or a replica that just
+/// started) does not let it take the lease at once; it waits a whole lease duration
+/// of seeing the record unchanged, and starts over whenever it changes.
+#[tokio::test(start_paused = true)]
+async fn a_standby_takes_the_lease_only_after_seeing_it_unchanged_for_a_whole_duration() {
+    let metrics = Metrics::default();
+    let (elector, mut api) = elector(&metrics);
+    let an_hour_ago = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let started = tokio::time::Instant::now();
+    let server = tokio::spawn(async move {
+        // 0 to 8 s: the same old record.
+        for _ in 0..5 {
+            api.expect(Method::GET, LEASE, None)
+                .await
+                .reply(200, &lease_at("other", an_hour_ago, "7"));
+        }
+        // At 10 s the holder renews (a new resourceVersion): the wait starts over.
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply(200, &lease_at("other", an_hour_ago, "8"));
+        // Unchanged from 10 s: still held at 12 to 24 s.
+        for _ in 0..7 {
+            api.expect(Method::GET, LEASE, None)
+                .await
+                .reply(200, &lease_at("other", an_hour_ago, "8"));
+        }
+        // At 26 s it has been unchanged for 16 s: take it.
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply(200, &lease_at("other", an_hour_ago, "8"));
+        let update = api.expect(Method::PUT, LEASE, None).await;
+        assert_eq!(update.body["spec"]["holderIdentity"], "me");
+        assert_eq!(update.body["spec"]["leaseTransitions"], 1);
+        let body = update.body.clone();
+        update.reply(200, &body);
+        api
+    });
+    tokio::time::timeout(Duration::from_secs(60), elector.acquire())
+        .await
+        .expect("acquired");
+    let waited = started.elapsed();
+    assert_eq!(waited, Duration::from_secs(26), "taken after {waited:?}");
+    assert_eq!(leader(&metrics), 1);
+    drop(elector);
+    server.await.unwrap().no_more_requests().await;
+}
+
+/// A renewal whose request never gets an answer (a black-holed connection) does not
+/// keep the leader leading: it gives up at the renew deadline, before a standby can
+/// take the lease (a whole lease duration after it last saw it change).
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_renewal_hangs_gives_up_at_the_renew_deadline() {
+    let metrics = Metrics::default();
+    let (elector, mut api) = elector(&metrics);
+    let server = tokio::spawn(async move {
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply_status(&not_found());
+        let create = api.expect(Method::POST, LEASES, None).await;
+        let body = create.body.clone();
+        create.reply(201, &body);
+        // The renewal at 2 s: read, never answered. Keep the call (dropping it
+        // would answer with an error).
+        let hung = api.expect(Method::GET, LEASE, None).await;
+        (api, hung)
+    });
+    let timing = Timing::default();
+    elector.acquire().await;
+    let acquired = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), elector.hold())
+        .await
+        .expect("hold() returned");
+    let held = acquired.elapsed();
+    assert!(
+        held <= timing.renew_deadline && held < timing.duration,
+        "gave up after {held:?}"
+    );
+    assert_eq!(leader(&metrics), 0);
+    assert!(elector.health().silent_for() >= Duration::from_secs(8));
+    drop(elector);
+    let (api, _hung) = server.await.unwrap();
+    drop(api);
 }

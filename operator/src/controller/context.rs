@@ -61,8 +61,37 @@ pub struct Context {
     pub malformed_reported: Reported,
     /// Nodes queued for or in a reconcile: node events wait for them (see `node_events`).
     pub node_writes: Arc<WriteActivity>,
+    /// Whether the node and the policy watch keep failing (for /healthz).
+    pub node_watch_health: WatchHealth,
+    pub policy_watch_health: WatchHealth,
     /// Node events on their way out; see `emit`.
     events: EventQueue,
+}
+
+/// Since when the watches have failed without a break, if they have.
+#[derive(Debug, Default)]
+pub struct WatchHealth(Mutex<Option<std::time::Instant>>);
+
+impl WatchHealth {
+    /// A watch failed (an error from the API server or the connection).
+    pub fn failed(&self) {
+        self.0
+            .lock()
+            .expect("watch health lock")
+            .get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// A watch delivered something: the break is over.
+    pub fn delivered(&self) {
+        *self.0.lock().expect("watch health lock") = None;
+    }
+
+    pub fn failing_for(&self) -> Option<Duration> {
+        self.0
+            .lock()
+            .expect("watch health lock")
+            .map(|since| since.elapsed())
+    }
 }
 
 /// How long a policy's cleanup waits for the policy watcher to see the deletion,
@@ -129,6 +158,8 @@ impl Context {
             node_writes,
             cleanup_grace: options.cleanup_grace,
             recent_writes: Mutex::default(),
+            node_watch_health: WatchHealth::default(),
+            policy_watch_health: WatchHealth::default(),
             malformed_reported: Reported::default(),
             reporter,
             client,

@@ -91,6 +91,9 @@ pub async fn follow_nodes<S>(
     // The names a list in progress has brought, queued when it is done.
     let mut listed: Vec<String> = Vec::new();
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            ctx.node_watch_health.delivered();
+        }
         let ready: Vec<String> = match event {
             Ok(Event::Apply(n)) => vec![n.name().to_string()],
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
@@ -113,6 +116,7 @@ pub async fn follow_nodes<S>(
             }
             Err(e) => {
                 tracing::warn!(error = %e, "node watch failed; retrying");
+                ctx.node_watch_health.failed();
                 continue;
             }
         };
@@ -139,6 +143,9 @@ pub async fn watch_policies(
         .boxed();
     let mut last: Option<Vec<(String, Option<i64>, bool)>> = None;
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            ctx.policy_watch_health.delivered();
+        }
         match event {
             Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
                 ctx.policies_synced
@@ -174,7 +181,10 @@ pub async fn watch_policies(
                 ctx.status_refresh.notify_one();
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
+            Err(e) => {
+                tracing::warn!(error = %e, "policy watch failed; retrying");
+                ctx.policy_watch_health.failed();
+            }
         }
     }
 }

@@ -5,9 +5,16 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 use crate::telemetry::metrics::Metrics;
 use axum::{Router, http::StatusCode, routing::get};
 
+/// A check behind /healthz: `Err` says why the replica should be restarted.
+pub type Liveness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 /// `ready` answers /readyz. Every replica, leader or not, serves the webhook from its
-/// policy cache, so it is ready once that cache has listed.
-pub fn router(metrics: Metrics, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> Router {
+/// policy cache, so it is ready once that cache has listed. `live` answers /healthz.
+pub fn router(
+    metrics: Metrics,
+    ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    live: Liveness,
+) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -24,7 +31,18 @@ pub fn router(metrics: Metrics, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> R
                 }
             }),
         )
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(move || {
+                let live = live();
+                async move {
+                    match live {
+                        Ok(()) => (StatusCode::OK, "ok".to_string()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                    }
+                }
+            }),
+        )
         .route(
             "/readyz",
             get(move || {
