@@ -13,7 +13,7 @@ use crate::{
     drain::EvictionRules,
     duration::parse_go_duration,
     ownership::taint_id,
-    selector::{Selector, selector_string},
+    selector::{Selector, check, selector_string},
 };
 
 /// Why a policy cannot be applied, naming the field.
@@ -267,13 +267,17 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
             let critical_pods = r
                 .critical_pods
                 .iter()
-                .map(|p| CompiledCriticalPod {
-                    name: p.name.clone(),
-                    namespace: p.namespace.clone(),
-                    selector: Selector::new(Some(&p.selector)),
-                    label_selector: selector_string(&p.selector),
+                .enumerate()
+                .map(|(i, p)| {
+                    check(&p.selector, &format!("spec.readiness.criticalPods[{i}].selector"))?;
+                    Ok(CompiledCriticalPod {
+                        name: p.name.clone(),
+                        namespace: p.namespace.clone(),
+                        selector: Selector::new(Some(&p.selector)),
+                        label_selector: selector_string(&p.selector),
+                    })
                 })
-                .collect();
+                .collect::<Result<Vec<_>, InvalidSpec>>()?;
             Some(Readiness {
                 conditions,
                 critical_pods,
@@ -285,6 +289,9 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
             field: "spec".into(),
             message: "at least one of spec.matchers or spec.readiness must be given".into(),
         });
+    }
+    if let Some(selector) = &spec.node_selector {
+        check(selector, "spec.nodeSelector")?;
     }
     let eviction = spec
         .eviction

@@ -11,6 +11,73 @@ pub struct Selector {
     expressions: Vec<(String, SelectorOperator, Vec<String>)>,
 }
 
+/// Why a label selector cannot be used: a key that is not a label key, or a value
+/// that is not a label value, at `field` (`spec.nodeSelector.matchLabels`, ...).
+/// A critical-pod selector is sent to the API server in a pod watch, which would
+/// refuse it; a node selector with such a label could never match.
+pub fn check(selector: &LabelSelector, field: &str) -> Result<(), crate::policy::InvalidSpec> {
+    let bad = |field: String, message: String| Err(crate::policy::InvalidSpec { field, message });
+    for (k, v) in &selector.match_labels {
+        if !is_label_key(k) {
+            return bad(format!("{field}.matchLabels"), format!("{k:?} is not a label key"));
+        }
+        if !is_label_value(v) {
+            return bad(
+                format!("{field}.matchLabels[{k}]"),
+                format!("{v:?} is not a label value (at most 63 characters: letters, digits, '-', '_', '.', beginning and ending with a letter or digit)"),
+            );
+        }
+    }
+    for (i, e) in selector.match_expressions.iter().enumerate() {
+        if !is_label_key(&e.key) {
+            return bad(
+                format!("{field}.matchExpressions[{i}].key"),
+                format!("{:?} is not a label key", e.key),
+            );
+        }
+        if let Some((j, v)) = e.values.iter().enumerate().find(|(_, v)| !is_label_value(v)) {
+            return bad(
+                format!("{field}.matchExpressions[{i}].values[{j}]"),
+                format!("{v:?} is not a label value"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A qualified name: an optional DNS subdomain prefix (at most 253) and `/`, then a
+/// name of at most 63 letters, digits, `-`, `_`, `.`, starting and ending alphanumeric.
+pub fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
+/// At most 63 letters, digits, `-`, `_`, `.`, starting and ending alphanumeric; may be empty.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
 impl Selector {
     pub fn new(selector: Option<&LabelSelector>) -> Self {
         let Some(s) = selector else {

@@ -86,6 +86,32 @@ fn every_invalid_spec_case_is_refused_naming_its_field() {
             "spec.eviction.pauseWhenZoneUnhealthy",
             "percentage",
         ),
+        // A critical-pod selector goes to the API server in a pod watch, which would
+        // refuse it (and the watch would never sync): refused here instead.
+        (
+            json!({"taints": taints(), "readiness": {"criticalPods": [{"name": "cni", "namespace": "kube-system",
+                   "selector": {"matchLabels": {"app name": "cni"}}}]}}),
+            "spec.readiness.criticalPods[0].selector.matchLabels",
+            "\"app name\" is not a label key",
+        ),
+        (
+            json!({"taints": taints(), "readiness": {"criticalPods": [{"name": "cni", "namespace": "kube-system",
+                   "selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["ok", "not ok"]}]}}]}}),
+            "spec.readiness.criticalPods[0].selector.matchExpressions[0].values[1]",
+            "\"not ok\" is not a label value",
+        ),
+        (
+            json!({"taints": taints(), "nodeSelector": {"matchLabels": {"pool": "-a"}},
+                   "matchers": [{"conditions": [{"type": "A", "status": "B"}]}]}),
+            "spec.nodeSelector.matchLabels[pool]",
+            "\"-a\" is not a label value",
+        ),
+        (
+            json!({"taints": taints(), "nodeSelector": {"matchExpressions": [{"key": "example.com/", "operator": "Exists"}]},
+                   "matchers": [{"conditions": [{"type": "A", "status": "B"}]}]}),
+            "spec.nodeSelector.matchExpressions[0].key",
+            "is not a label key",
+        ),
     ];
     for (spec, field, says) in cases {
         let refused = refusal(&from_spec(spec.clone())).unwrap_or_else(|| panic!("{spec} passed"));
