@@ -51,7 +51,10 @@ pub struct LabelSelectorRequirement {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 64),
-        inner(length(max = 63), regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"))
+        inner(
+            length(max = 63),
+            regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+        )
     )]
     pub values: Vec<String>,
 }

@@ -269,7 +269,10 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    check(&p.selector, &format!("spec.readiness.criticalPods[{i}].selector"))?;
+                    check(
+                        &p.selector,
+                        &format!("spec.readiness.criticalPods[{i}].selector"),
+                    )?;
                     Ok(CompiledCriticalPod {
                         name: p.name.clone(),
                         namespace: p.namespace.clone(),

@@ -19,12 +19,17 @@ pub fn check(selector: &LabelSelector, field: &str) -> Result<(), crate::policy:
     let bad = |field: String, message: String| Err(crate::policy::InvalidSpec { field, message });
     for (k, v) in &selector.match_labels {
         if !is_label_key(k) {
-            return bad(format!("{field}.matchLabels"), format!("{k:?} is not a label key"));
+            return bad(
+                format!("{field}.matchLabels"),
+                format!("{k:?} is not a label key"),
+            );
         }
         if !is_label_value(v) {
             return bad(
                 format!("{field}.matchLabels[{k}]"),
-                format!("{v:?} is not a label value (at most 63 characters: letters, digits, '-', '_', '.', beginning and ending with a letter or digit)"),
+                format!(
+                    "{v:?} is not a label value (at most 63 characters: letters, digits, '-', '_', '.', beginning and ending with a letter or digit)"
+                ),
             );
         }
     }
@@ -35,7 +40,12 @@ pub fn check(selector: &LabelSelector, field: &str) -> Result<(), crate::policy:
                 format!("{:?} is not a label key", e.key),
             );
         }
-        if let Some((j, v)) = e.values.iter().enumerate().find(|(_, v)| !is_label_value(v)) {
+        if let Some((j, v)) = e
+            .values
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !is_label_value(v))
+        {
             return bad(
                 format!("{field}.matchExpressions[{i}].values[{j}]"),
                 format!("{v:?} is not a label value"),
