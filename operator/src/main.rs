@@ -97,9 +97,15 @@ struct RunArgs {
     resync_interval: Duration,
     /// Requests per second the operator may send to the API server (0: no limit).
     /// A cap on bugs, above what 5,000 nodes need: about 150 patches a second in a
-    /// fleet-wide change, 350 at cold start, and bursts of up to 1,000 events.
+    /// fleet-wide change, 350 at cold start.
     #[arg(long, default_value_t = 1000)]
     api_qps: u32,
+    /// Node events (TaintAdded, TaintRemoved, drains) published per second at most
+    /// (0: no limit). Each is an API write stored in etcd; in a fleet-wide change
+    /// the ones the queue cannot hold are dropped and counted
+    /// (taint_operator_events_dropped_total).
+    #[arg(long, default_value_t = taint_operator::controller::node_events::DEFAULT_EVENT_QPS)]
+    event_qps: u32,
     #[arg(
         long,
         value_enum,
@@ -153,6 +159,7 @@ fn run_command(args: RunArgs) -> ExitCode {
         concurrency: args.concurrency,
         resync_interval: args.resync_interval,
         api_qps: args.api_qps,
+        event_qps: args.event_qps,
     };
     taint_operator::memory::use_one_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -24,6 +24,7 @@ use crate::{
     cache::{node_cache::CachedNode, pod_watch::PodWatches},
     controller::{
         context::{Context, ContextOptions},
+        node_events::EventPace,
         node_queue::NodeQueue,
         node_reconciler, policy_reconciler, policy_status, resync,
         watches::{drive_nodes, feed_node_queue, sync_gate, watch_policies},
@@ -51,6 +52,8 @@ pub struct RunConfig {
     pub resync_interval: Duration,
     /// Requests per second the client may send; zero: no limit.
     pub api_qps: u32,
+    /// Node events published per second at most (0: no limit).
+    pub event_qps: u32,
 }
 
 /// Why the operator could not start: one line each, said plainly.
@@ -207,7 +210,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let (all_nodes_tx, all_nodes_rx) = mpsc::unbounded_channel::<()>();
     let (node_reader, node_writer) = reflector::store::<CachedNode>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
-    let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone());
+    let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone(), metrics.clone());
     let ctx = Arc::new(Context::new(
         client.clone(),
         node_reader.clone(),
@@ -217,6 +220,10 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         synced_rx.clone(),
         ContextOptions {
             reporter_instance: Some(cfg.identity.clone()),
+            event_pace: EventPace {
+                qps: cfg.event_qps,
+                ..EventPace::default()
+            },
             ..ContextOptions::default()
         },
     ));

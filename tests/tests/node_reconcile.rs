@@ -973,3 +973,112 @@ async fn a_malformed_ownership_annotation_is_replaced_with_a_warning() {
     )
     .await;
 }
+
+/// Each of our writes comes back through the node watch. That echo is exactly the
+/// node the write's reconcile planned on and wrote, so it is not reconciled again
+/// (at 15,000 nodes the echoes doubled the node queue); a change by anyone else,
+/// however soon after, is.
+#[tokio::test]
+async fn the_echo_of_our_own_write_is_not_reconciled_again() {
+    use futures::channel::mpsc as events;
+    use kube::runtime::watcher::Event;
+    use taint_operator::{
+        cache::node_cache::CachedNode,
+        controller::watches::{feed_node_queue, follow_nodes},
+        telemetry::metrics::ControllerLabel,
+    };
+    use tokio::sync::mpsc;
+
+    let broken = served_node("n1").condition(NIC, "Kaput").build();
+    let (mut h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
+    let writer = h.take_node_writer();
+    let metrics = h.metrics();
+    // The NIC recovered, after our write: kubelet's update, the next version.
+    let healed = served_node("n1")
+        .resource_version("102")
+        .condition(NIC, "Healthy")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let healed_cached = CachedNode::from_node(&healed);
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch("n1", nic_taint_on_a_bare_node("100"))
+                .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            let call = api
+                .expect_node_patch_request(
+                    "n1",
+                    &json!([
+                        test_rv("102"),
+                        {"op": "remove", "path": "/spec/taints"},
+                        {"op": "remove", "path": MANAGED_PATH},
+                    ]),
+                )
+                .await;
+            let mut written = serde_json::to_value(&healed).unwrap();
+            written["metadata"]["resourceVersion"] = json!("103");
+            written["spec"]["taints"] = Value::Null;
+            call.reply(200, &written);
+            assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
+            api
+        },
+        |h| async move {
+            let ctx = h.ctx.clone();
+            let (queue, workers) = h.start_node_queue();
+            let (watch_tx, watch_rx) = events::unbounded();
+            let (touched_tx, touched_rx) = mpsc::unbounded_channel();
+            let (_all_tx, all_rx) = mpsc::unbounded_channel();
+            let feed = tokio::spawn(feed_node_queue(
+                ctx.clone(),
+                queue.clone(),
+                touched_rx,
+                all_rx,
+            ));
+            let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
+            let reconciles = ctx
+                .metrics
+                .reconciles
+                .get_or_create(&ControllerLabel { controller: "node" });
+            watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
+            watch_tx
+                .unbounded_send(Ok(Event::InitApply(CachedNode::from_node(&broken))))
+                .unwrap();
+            watch_tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+            // The write's answer, as the watch brings it back.
+            let echo = loop {
+                let cached = ctx
+                    .nodes
+                    .get(&kube::runtime::reflector::ObjectRef::new("n1"))
+                    .unwrap();
+                let freshest = ctx.freshest(cached);
+                if freshest.resource_version() == Some("101") {
+                    break (*freshest).clone();
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            watch_tx.unbounded_send(Ok(Event::Apply(echo))).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(reconciles.get(), 1, "the echo was reconciled");
+            assert_eq!(ctx.metrics.node_echoes_skipped.get(), 1);
+
+            watch_tx
+                .unbounded_send(Ok(Event::Apply(healed_cached)))
+                .unwrap();
+            while ctx.metrics.node_writes.get() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            queue.close();
+            drop(watch_tx);
+            workers.await.unwrap();
+            watch.await.unwrap();
+            feed.abort();
+            drop(h);
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_echoes_skipped.get(), 1);
+    assert_eq!(metrics.node_writes.get(), 2);
+}

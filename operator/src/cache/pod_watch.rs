@@ -26,7 +26,8 @@ use crate::{
     cache::node_cache::CachedNode,
     cache::pod_cache::PodCache,
     cache::slim::SlimPod,
-    cache::watch::{WatchBackoff, pod_list_pages, relist_at_once, slim_event},
+    cache::watch::{RestartCounter, WatchBackoff, pod_list_pages, relist_at_once, slim_event},
+    telemetry::metrics::Metrics,
 };
 use engine::policy_set::PolicySet;
 
@@ -46,6 +47,7 @@ pub struct PodWatches {
     next_id: AtomicU64,
     /// Nodes to re-evaluate because one of their critical pods changed.
     changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
+    metrics: Metrics,
 }
 
 /// The watches a policy set needs: critical pods of every valid policy, dry runs included.
@@ -63,9 +65,14 @@ pub fn wanted_watches(set: &PolicySet) -> BTreeSet<WatchKey> {
 }
 
 impl PodWatches {
-    pub fn new(client: Client, changed_nodes: UnboundedSender<ObjectRef<CachedNode>>) -> Self {
+    pub fn new(
+        client: Client,
+        changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
+        metrics: Metrics,
+    ) -> Self {
         PodWatches {
             client,
+            metrics,
             cache: Arc::default(),
             running: Mutex::default(),
             next_id: AtomicU64::new(1),
@@ -110,6 +117,7 @@ impl PodWatches {
                 self.cache.clone(),
                 synced.clone(),
                 self.changed_nodes.clone(),
+                self.metrics.clone(),
             ));
             tracing::info!(namespace = %key.0, selector = %key.1, "started pod watch");
             running.insert(
@@ -161,6 +169,7 @@ async fn watch_pods(
     cache: Arc<RwLock<PodCache>>,
     synced: Arc<AtomicBool>,
     changed: UnboundedSender<ObjectRef<CachedNode>>,
+    metrics: Metrics,
 ) {
     let config = pod_list_pages().labels(&selector);
     let mut stream = relist_at_once(watcher::watcher(api, config))
@@ -181,7 +190,9 @@ async fn watch_pods(
             let _ = changed.send(ObjectRef::new(&n));
         }
     };
+    let mut restarts = RestartCounter::new("pods");
     while let Some(event) = stream.next().await {
+        restarts.observe(&metrics, &event);
         match event {
             Ok(Event::Init) => relist = Some(HashSet::new()),
             Ok(Event::InitApply(pod)) => {

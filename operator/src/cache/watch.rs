@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 
-use crate::jitter::jitter;
+use crate::{
+    jitter::jitter,
+    telemetry::metrics::{Metrics, WatchRestartLabels},
+};
 use kube::runtime::{
     utils::Backoff,
     watcher::{self, Event},
@@ -33,6 +36,50 @@ where
         }
         futures::future::ready(!gone)
     })
+}
+
+/// Counts a watch's failures and relists in `taint_operator_watch_restarts_total`.
+///
+/// A watch that the API server ends cleanly (its timeout, or a watcher it closed
+/// for falling behind) resumes from its last resourceVersion without an event:
+/// those show only as `api_requests_total{verb="watch"}`. When the resourceVersion
+/// is too old by then (410 Gone), the watcher lists everything again: `relist`.
+#[derive(Debug)]
+pub struct RestartCounter {
+    watch: &'static str,
+    listed: bool,
+}
+
+impl RestartCounter {
+    pub fn new(watch: &'static str) -> Self {
+        RestartCounter {
+            watch,
+            listed: false,
+        }
+    }
+
+    pub fn observe<K>(&mut self, metrics: &Metrics, event: &Result<Event<K>, watcher::Error>) {
+        let cause = match event {
+            Ok(Event::Init) if self.listed => "relist",
+            Ok(Event::InitDone) => {
+                self.listed = true;
+                return;
+            }
+            Ok(_) => return,
+            Err(watcher::Error::InitialListFailed(_)) => "list_failed",
+            Err(watcher::Error::WatchStartFailed(_)) => "watch_failed",
+            Err(watcher::Error::WatchError(_)) => "watch_error",
+            Err(watcher::Error::WatchFailed(_)) => "connection",
+            Err(watcher::Error::NoResourceVersion) => "no_resource_version",
+        };
+        metrics
+            .watch_restarts
+            .get_or_create(&WatchRestartLabels {
+                watch: self.watch,
+                cause,
+            })
+            .inc();
+    }
 }
 
 /// The wait between a watch's failed tries: doubling from 250 ms to at most 5 s,

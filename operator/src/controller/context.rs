@@ -24,7 +24,7 @@ use crate::{
     cache::pod_watch::PodWatches,
     controller::annotation_warnings::Reported,
     controller::cap_ledger::CapLedger,
-    controller::node_events::{self, EventQueue, WriteActivity},
+    controller::node_events::{self, EventPace, EventQueue, WriteActivity},
     drain::ledger::DrainLedger,
     telemetry::metrics::Metrics,
 };
@@ -113,23 +113,13 @@ impl Default for CleanupGrace {
 
 /// What a `Context` is started with; production runs on `Default`, tests shorten
 /// the waits.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ContextOptions {
     /// Names this replica in the events it publishes.
     pub reporter_instance: Option<String>,
-    /// How long node writes must have been idle before node events go out.
-    pub event_quiet: Duration,
+    /// When node events go out: after the node writes are idle, within a budget.
+    pub event_pace: EventPace,
     pub cleanup_grace: CleanupGrace,
-}
-
-impl Default for ContextOptions {
-    fn default() -> Self {
-        ContextOptions {
-            reporter_instance: None,
-            event_quiet: node_events::DEFAULT_QUIET,
-            cleanup_grace: CleanupGrace::default(),
-        }
-    }
 }
 
 impl Context {
@@ -151,7 +141,8 @@ impl Context {
             client.clone(),
             reporter.clone(),
             node_writes.clone(),
-            options.event_quiet,
+            options.event_pace,
+            metrics.events_dropped.clone(),
         );
         Context {
             events,
@@ -241,6 +232,18 @@ impl Context {
                     (base_resource_version.to_string(), Arc::new(written.clone())),
                 );
         }
+    }
+
+    /// Whether `node` is the echo of our own last write to it: the version the patch
+    /// answered with, coming back through the watch. The write's reconcile planned
+    /// on exactly what it wrote, so planning again would find nothing to do (a plan
+    /// applied twice equals it applied once); the queue is spared that reconcile.
+    pub fn is_own_echo(&self, node: &CachedNode) -> bool {
+        let writes = self.recent_writes.lock().expect("recent writes lock");
+        writes.get(node.name()).is_some_and(|(_, written)| {
+            written.resource_version().is_some()
+                && written.resource_version() == node.resource_version()
+        })
     }
 
     /// The node watch delivered a version of `node`: newer than any write of ours it has.

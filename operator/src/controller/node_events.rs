@@ -9,6 +9,12 @@
 //! that never goes quiet still gets its events. On shutdown the queue is sent at
 //! once (`WriteActivity::stop`, `EventQueue::drain`): a replica stopped right
 //! after a write would otherwise take that write's explanation with it.
+//!
+//! Events have a budget of API writes per second (`--event-qps`), whatever the
+//! fleet does: a change to 15,000 nodes is 15,000 events, and sending them as
+//! fast as the API server takes them made them a second fleet-wide write (and
+//! etcd load) of their own. What the queue cannot hold is dropped and counted in
+//! `taint_operator_events_dropped_total`, with one log line a minute at most.
 
 use std::{
     sync::{
@@ -23,14 +29,20 @@ use kube::{
     Client,
     runtime::events::{Event, Recorder, Reporter},
 };
+use prometheus_client::metrics::counter::Counter;
 use tokio::{
     sync::{Notify, mpsc},
     time::Instant,
 };
 
-/// Events waiting to be published. A full queue drops events (with a warning)
-/// rather than slow down node writes.
-const QUEUE: usize = 16384;
+/// Events waiting to be published. A full queue drops events (counted) rather
+/// than slow down node writes. At the default budget it holds minutes of events,
+/// and what it holds is memory the operator keeps at its peak.
+const QUEUE: usize = 4096;
+/// Node events published per second at most, by default.
+pub const DEFAULT_EVENT_QPS: u32 = 20;
+/// The shortest time between two dropped-event warnings.
+const DROP_WARNING_EVERY: Duration = Duration::from_secs(60);
 /// Events published at once.
 const IN_FLIGHT: usize = 8;
 /// How long node writes must have been idle before events go out. Half a second
@@ -136,15 +148,20 @@ pub struct EventQueue {
     queued: mpsc::Sender<Queued>,
     /// Events queued and not yet published.
     outstanding: Arc<AtomicUsize>,
+    dropped: Counter,
+    /// Events dropped since the last warning, and when that was.
+    unwarned: Mutex<(u64, Option<Instant>)>,
 }
 
 impl EventQueue {
-    /// Starts the publisher task; events go out once the writes have been idle for `quiet`.
+    /// Starts the publisher task; events go out once the writes have been idle for
+    /// `quiet`, `qps` a second at most.
     pub fn start(
         client: Client,
         reporter: Reporter,
         writes: Arc<WriteActivity>,
-        quiet: Duration,
+        pace: EventPace,
+        dropped: Counter,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let outstanding = Arc::new(AtomicUsize::new(0));
@@ -152,13 +169,15 @@ impl EventQueue {
             client,
             reporter,
             writes,
-            quiet,
+            pace,
             rx,
             outstanding.clone(),
         ));
         EventQueue {
             queued: tx,
             outstanding,
+            dropped,
+            unwarned: Mutex::new((0, None)),
         }
     }
 
@@ -171,13 +190,25 @@ impl EventQueue {
             since: Instant::now(),
         };
         self.outstanding.fetch_add(1, Ordering::AcqRel);
-        if let Err(mpsc::error::TrySendError::Full(q)) = self.queued.try_send(queued) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.queued.try_send(queued) {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            self.dropped.inc();
+            self.warn_dropped();
+        }
+    }
+
+    /// One warning per `DROP_WARNING_EVERY` at most, with the count since the last.
+    fn warn_dropped(&self) {
+        let mut unwarned = self.unwarned.lock().expect("dropped events lock");
+        unwarned.0 += 1;
+        let now = Instant::now();
+        if unwarned.1.is_none_or(|at| now >= at + DROP_WARNING_EVERY) {
             tracing::warn!(
-                object = q.about.name.as_deref().unwrap_or(""),
-                reason = %q.event.reason,
-                "event queue full; event dropped"
+                dropped = unwarned.0,
+                queue = QUEUE,
+                "event queue full (the event budget is spent); node events dropped, see taint_operator_events_dropped_total"
             );
+            *unwarned = (0, Some(now));
         }
     }
 }
@@ -216,21 +247,50 @@ pub async fn publish(
         .await
 }
 
+/// When node events go out: after the node writes have been idle for `quiet`,
+/// `qps` a second at most (0: no limit).
+#[derive(Debug, Clone, Copy)]
+pub struct EventPace {
+    pub quiet: Duration,
+    pub qps: u32,
+}
+
+impl Default for EventPace {
+    fn default() -> Self {
+        EventPace {
+            quiet: DEFAULT_QUIET,
+            qps: DEFAULT_EVENT_QPS,
+        }
+    }
+}
+
 async fn publish_queued(
     client: Client,
     reporter: Reporter,
     writes: Arc<WriteActivity>,
-    quiet: Duration,
+    pace: EventPace,
     queued: mpsc::Receiver<Queued>,
     outstanding: Arc<AtomicUsize>,
 ) {
     use futures::StreamExt;
+    // One tick per event: `Delay` never bunches missed ticks into a burst.
+    let budget = (pace.qps > 0).then(|| {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1) / pace.qps);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::sync::Mutex::new(ticks)
+    });
     tokio_stream::wrappers::ReceiverStream::new(queued)
         .for_each_concurrent(IN_FLIGHT, |q| {
-            let (client, reporter, writes, outstanding) =
-                (&client, &reporter, &writes, &outstanding);
+            let (client, reporter, writes, outstanding, budget) =
+                (&client, &reporter, &writes, &outstanding, &budget);
             async move {
-                writes.wait_quiet(quiet, q.since + MAX_DEFERRAL).await;
+                writes.wait_quiet(pace.quiet, q.since + MAX_DEFERRAL).await;
+                // Shutting down: what is left goes out at once, within the flush limit.
+                if let Some(budget) = budget
+                    && !writes.stopping.load(Ordering::Acquire)
+                {
+                    budget.lock().await.tick().await;
+                }
                 if let Err(e) = publish(client, reporter, &q.event, &q.about).await {
                     tracing::warn!(
                         object = q.about.name.as_deref().unwrap_or(""),
@@ -253,6 +313,108 @@ mod tests {
     use super::*;
 
     const QUIET: Duration = DEFAULT_QUIET;
+
+    /// A client whose API server takes every event, noting when each arrived.
+    fn recording_client() -> (Client, Arc<Mutex<Vec<Instant>>>) {
+        let arrived = Arc::new(Mutex::new(Vec::new()));
+        let log = arrived.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push(Instant::now());
+                let body = req.into_body().collect_bytes().await.unwrap();
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .body(kube::client::Body::from(body.to_vec()))
+                        .unwrap(),
+                )
+            }
+        });
+        (Client::new(service, "default"), arrived)
+    }
+
+    fn node_event(i: usize) -> (Event, ObjectReference) {
+        let event = Event {
+            type_: kube::runtime::events::EventType::Normal,
+            reason: "TaintAdded".into(),
+            note: Some(format!("event {i}")),
+            action: "AddTaint".into(),
+            secondary: None,
+        };
+        let about = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(format!("n{i}")),
+            uid: Some(format!("uid-{i}")),
+            ..ObjectReference::default()
+        };
+        (event, about)
+    }
+
+    fn reporter() -> Reporter {
+        Reporter {
+            controller: "taint-operator".into(),
+            instance: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_go_out_within_their_budget() {
+        let (client, arrived) = recording_client();
+        let writes = Arc::new(WriteActivity::default());
+        let pace = EventPace {
+            quiet: Duration::ZERO,
+            qps: 10,
+        };
+        let queue = EventQueue::start(client, reporter(), writes, pace, Counter::default());
+        let start = Instant::now();
+        for i in 0..30 {
+            let (event, about) = node_event(i);
+            queue.push(event, about);
+        }
+        assert!(queue.drain(Duration::from_secs(60)).await);
+        let arrived = arrived.lock().unwrap().clone();
+        assert_eq!(arrived.len(), 30);
+        // 10 a second: the first at once, each next one 100 ms after the last.
+        for pair in arrived.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= Duration::from_millis(100),
+                "{arrived:?}"
+            );
+        }
+        let took = *arrived.last().unwrap() - start;
+        assert!(
+            took >= Duration::from_millis(2900) && took < Duration::from_millis(3100),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_the_queue_cannot_hold_is_dropped_and_counted() {
+        let (client, arrived) = recording_client();
+        let writes = Arc::new(WriteActivity::default());
+        // A fleet-wide change that does not end: the events wait.
+        writes.begin();
+        let dropped = Counter::default();
+        let queue = EventQueue::start(
+            client,
+            reporter(),
+            writes,
+            EventPace::default(),
+            dropped.clone(),
+        );
+        let extra = 100;
+        for i in 0..QUEUE + IN_FLIGHT + extra {
+            let (event, about) = node_event(i);
+            queue.push(event, about);
+            // Let the publisher take what it takes in flight.
+            tokio::task::yield_now().await;
+        }
+        assert!(arrived.lock().unwrap().is_empty());
+        let dropped = dropped.get() as usize;
+        assert!((extra..=extra + IN_FLIGHT).contains(&dropped), "{dropped}");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn idle_writes_let_events_go_after_the_quiet_period() {

@@ -150,6 +150,11 @@ impl NodeQueue {
         self.work.notify_one();
     }
 
+    /// Nodes due and waiting for a worker.
+    pub fn waiting(&self) -> usize {
+        self.lock().due.len()
+    }
+
     /// Stops handing out work; `run` returns once the running reconciles end.
     pub fn close(&self) {
         self.lock().closed = true;
@@ -644,5 +649,57 @@ mod tests {
         run.await.unwrap();
         assert_eq!(names(&log), ["a"]);
         assert_eq!(log.running.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_pass_is_spread_over_its_time() {
+        use crate::controller::resync::spread_pass;
+        let q = queue();
+        let (log, _run) = start(&q, 4, Duration::from_millis(1), |_| Next::AwaitChange);
+        let names: Vec<Box<str>> = (0..1000).map(|i| format!("n{i}").into()).collect();
+        spread_pass(&q, names, Duration::from_secs(10)).await;
+        settle().await;
+        let starts: Vec<Duration> = starts(&log).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(starts.len(), 1000);
+        assert!(starts[0] < Duration::from_millis(100), "{:?}", starts[0]);
+        let last = starts[999];
+        assert!(
+            last >= Duration::from_millis(9800) && last <= Duration::from_millis(10100),
+            "{last:?}"
+        );
+        // Evenly: half the nodes by half the time.
+        let half = starts[499];
+        assert!(
+            half >= Duration::from_millis(4800) && half <= Duration::from_millis(5100),
+            "{half:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changed_nodes_never_wait_behind_a_resync() {
+        use crate::controller::resync::spread_pass;
+        let q = queue();
+        for i in 0..50 {
+            q.touch(&format!("changed-{i}"));
+        }
+        let (log, _run) = start(&q, 1, Duration::from_millis(10), |_| Next::AwaitChange);
+        let resync = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let names = (0..50).map(|i| format!("resync-{i}").into()).collect();
+                spread_pass(&q, names, Duration::ZERO).await;
+            })
+        };
+        // More changes while the first ones are still waiting.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for i in 50..100 {
+            q.touch(&format!("changed-{i}"));
+        }
+        resync.await.unwrap();
+        settle().await;
+        let order = names(&log);
+        assert_eq!(order.len(), 150);
+        let first_resync = order.iter().position(|n| n.starts_with("resync")).unwrap();
+        assert_eq!(first_resync, 100, "{order:?}");
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     cache::{
         node_cache::CachedNode,
-        watch::{WatchBackoff, node_list_pages, relist_at_once},
+        watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
     controller::{context::Context, node_queue::NodeQueue},
 };
@@ -90,11 +90,18 @@ pub async fn follow_nodes<S>(
     let mut stream = events.inspect(joined).reflect(writer).boxed();
     // The names a list in progress has brought, queued when it is done.
     let mut listed: Vec<String> = Vec::new();
+    let mut restarts = RestartCounter::new("nodes");
     while let Some(event) = stream.next().await {
+        restarts.observe(&ctx.metrics, &event);
         if event.is_ok() {
             ctx.node_watch_health.delivered();
         }
         let ready: Vec<String> = match event {
+            Ok(Event::Apply(n)) if ctx.is_own_echo(&n) => {
+                ctx.metrics.node_echoes_skipped.inc();
+                ctx.node_seen(n.name());
+                continue;
+            }
             Ok(Event::Apply(n)) => vec![n.name().to_string()],
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
@@ -142,7 +149,9 @@ pub async fn watch_policies(
         .reflect(writer)
         .boxed();
     let mut last: Option<Vec<(String, Option<i64>, bool)>> = None;
+    let mut restarts = RestartCounter::new("taintpolicies");
     while let Some(event) = stream.next().await {
+        restarts.observe(&ctx.metrics, &event);
         if event.is_ok() {
             ctx.policy_watch_health.delivered();
         }

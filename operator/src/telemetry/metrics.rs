@@ -56,8 +56,23 @@ pub struct RequestLabels {
     pub code: String,
 }
 
+/// A watch that failed or started over: which watch (`nodes`, `pods`,
+/// `taintpolicies`) and why (`relist`: the watcher listed everything again, as it
+/// does when its resourceVersion expired; `list_failed`, `watch_failed`,
+/// `watch_error`: the API server's error; `connection`: the stream broke).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchRestartLabels {
+    pub watch: &'static str,
+    pub cause: &'static str,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
+    /// Node watch events that were the echo of our own write, not reconciled again.
+    pub node_echoes_skipped: Counter,
+    /// Node events not published: the event queue was full.
+    pub events_dropped: Counter,
+    pub watch_restarts: Family<WatchRestartLabels, Counter>,
     registry: Arc<Registry>,
     pub reconciles: Family<ControllerLabel, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
@@ -263,8 +278,29 @@ impl Default for Metrics {
             "1 for each admission webhook the API server is configured to call (node, taintpolicy)",
             webhook_registered.clone(),
         );
+        let node_echoes_skipped = Counter::default();
+        registry.register(
+            "node_echoes_skipped",
+            "Node watch events that carried our own last write back, not reconciled again",
+            node_echoes_skipped.clone(),
+        );
+        let events_dropped = Counter::default();
+        registry.register(
+            "events_dropped",
+            "Node events not published because the event queue was full (the event budget is spent)",
+            events_dropped.clone(),
+        );
+        let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
+        registry.register(
+            "watch_restarts",
+            "Watches that failed or listed again, by watch and cause",
+            watch_restarts.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
+            node_echoes_skipped,
+            events_dropped,
+            watch_restarts,
             webhook_registered,
             draining_nodes,
             evictions,

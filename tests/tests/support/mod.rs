@@ -26,6 +26,7 @@ use taint_operator::{
     cache::pod_watch::PodWatches,
     controller::{
         context::{CleanupGrace, Context, ContextOptions},
+        node_events::EventPace,
         node_queue::NodeQueue,
         node_reconciler::reconcile_named,
     },
@@ -138,12 +139,15 @@ fn build_harness(
         client.clone(),
         node_store,
         policy_store,
-        PodWatches::new(client, changed_tx),
+        PodWatches::new(client, changed_tx, metrics.clone()),
         metrics,
         synced_rx,
         ContextOptions {
             reporter_instance: Some("test-replica".into()),
-            event_quiet: EVENT_QUIET,
+            event_pace: EventPace {
+                quiet: EVENT_QUIET,
+                qps: 0,
+            },
             cleanup_grace: grace,
         },
     );
