@@ -746,6 +746,7 @@ async fn black_hole_checks(h: &Harness, a: &mut Operator, b: &mut Operator) -> R
     let mut exited: Option<(f64, std::process::ExitStatus)> = None;
     let mut last_renewal: Option<f64> = None;
     let mut taken: Option<LeaseSpec> = None;
+    let mut f_led: Option<f64> = None;
     while t0_clock.elapsed() < WAIT_AFTER_T0 {
         if exited.is_none()
             && let Some(status) = leader.exit_status()
@@ -753,20 +754,22 @@ async fn black_hole_checks(h: &Harness, a: &mut Operator, b: &mut Operator) -> R
             exited = Some((secs(Timestamp::now()), status));
         }
         if let Some(spec) = leases.get(BH_LEASE).await?.spec {
+            let renewed = spec.renew_time.as_ref().map(|t| secs(t.0));
             match spec.holder_identity.as_deref() {
-                Some(who) if who == l => {
-                    last_renewal = spec.renew_time.as_ref().map(|t| secs(t.0)).or(last_renewal)
-                }
+                Some(who) if who == l => last_renewal = renewed.or(last_renewal),
                 Some(who) if who == f && taken.is_none() => taken = Some(spec),
                 _ => {}
             }
         }
-        if exited.is_some() && taken.is_some() {
+        // The holder logs it once its takeover is stored: after the Lease says so.
+        if f_led.is_none() {
+            f_led = first_line(&log_lines(follower), "became leader");
+        }
+        if exited.is_some() && taken.is_some() && f_led.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let f_led = first_line(&log_lines(follower), "became leader");
     // The new leader goes on following the flips for a while, then they stop.
     if let Some(led) = f_led {
         let until = led + FLIPS_AFTER_TAKEOVER.as_secs_f64();
