@@ -163,6 +163,14 @@ impl Operator {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// How the process ended, once it has ended on its own (`None` while it runs,
+    /// and after `stop` or `kill9`).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Starts the operator and waits until `/readyz` answers 200 (leader, caches synced).
     pub async fn start(&mut self) -> Result<()> {
         if self.is_running() {

@@ -212,6 +212,8 @@ async fn e2e_suite() {
         .await;
         s.run("leader election with two replicas", leader::two_replicas(h))
             .await;
+        s.run("leader Lease black-holed", leader::lease_black_holed(h))
+            .await;
         s.run("start-up errors", startup::startup_errors(h)).await;
         // 19-20. faults: the API server and etcd restart under the operator
         s.run(
