@@ -17,5 +17,11 @@ use kube_core::CustomResourceExt;
 
 /// The CRD as YAML, exactly as `taint-operator crd` prints it and the chart ships it.
 pub fn crd_yaml() -> String {
-    serde_yaml::to_string(&TaintPolicy::crd()).expect("the CRD always serializes")
+    // Long descriptions, messages and patterns stay on one line each: folding them
+    // (`>-`) would make a diff of the CRD show reflowed text, not what changed.
+    // Multi-line descriptions are still literal blocks (`|-`).
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    serde_saphyr::to_string_with_options(&TaintPolicy::crd(), options)
+        .expect("the CRD always serializes")
 }

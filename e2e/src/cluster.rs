@@ -223,7 +223,7 @@ impl Harness {
         let path = self.repo_root.join("examples").join(file);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Ok(serde_yaml::from_str(&text)?)
+        Ok(serde_saphyr::from_str(&text)?)
     }
 
     /// Runs `kubectl` with the admin kubeconfig; fails unless it exits 0.
@@ -332,7 +332,7 @@ pub async fn install_crd(client: &Client, bin: &Path) -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let crd: CustomResourceDefinition = serde_yaml::from_slice(&out.stdout)?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_slice(&out.stdout)?;
     let name = crd.metadata.name.clone().unwrap_or_default();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(

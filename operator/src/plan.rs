@@ -244,13 +244,14 @@ fn documents(file: &PathBuf) -> Result<Vec<Value>, InputError> {
         file: name.clone(),
         source,
     })?;
-    let mut docs = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = Value::deserialize_yaml(doc).map_err(|e| InputError::Yaml {
+    let values = serde_saphyr::from_multiple_with_options::<Value>(&text, yaml_options())
+        .map_err(|e| InputError::Yaml {
             file: name.clone(),
-            doc: i + 1,
+            doc: failed_document(&text, &e),
             message: e.to_string(),
         })?;
+    let mut docs = Vec::new();
+    for (i, value) in values.into_iter().enumerate() {
         match value {
             Value::Null => {}
             v if is_list(&v) => match v.get("items") {
@@ -270,14 +271,40 @@ fn documents(file: &PathBuf) -> Result<Vec<Value>, InputError> {
     Ok(docs)
 }
 
-trait DeserializeYaml: Sized {
-    fn deserialize_yaml(doc: serde_yaml::Deserializer) -> Result<Self, serde_yaml::Error>;
+/// How `plan` reads YAML: a cluster dump of thousands of nodes is far past the
+/// parser's default budget (a million events, 250,000 nodes), and the input is the
+/// user's own file, so only the limits against alias bombs stay. Errors are one
+/// line, without a snippet of the input.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = usize::MAX;
+    budget.max_nodes = usize::MAX;
+    budget.max_documents = usize::MAX;
+    budget.max_total_scalar_bytes = usize::MAX;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options.with_snippet = false;
+    options
 }
 
-impl DeserializeYaml for Value {
-    fn deserialize_yaml(doc: serde_yaml::Deserializer) -> Result<Self, serde_yaml::Error> {
-        serde::Deserialize::deserialize(doc)
+/// The number (from 1) of the document a YAML error is in: the documents that
+/// start on or before the error's line, counted by the parser itself (a `---` in
+/// a block scalar or a quoted string starts no document). The deserializer skips
+/// empty documents, so its own count would be off after one.
+fn failed_document(text: &str, error: &serde_saphyr::Error) -> usize {
+    use serde_saphyr::granit_parser::{Event, Parser};
+    let line = error.location().map(|l| l.line());
+    let mut started = 0;
+    for event in Parser::new_from_str(text) {
+        let Ok((event, span)) = event else { break };
+        if line.is_some_and(|line| span.start.line() as u64 > line) {
+            break;
+        }
+        if matches!(event, Event::DocumentStart(..)) {
+            started += 1;
+        }
     }
+    started.max(1)
 }
 
 fn is_list(v: &Value) -> bool {

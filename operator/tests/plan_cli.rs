@@ -511,7 +511,7 @@ fn example_objects() -> Vec<Value> {
         .iter()
         .map(|p| {
             let text = std::fs::read_to_string(p).expect("read an example");
-            serde_yaml::from_str(&text).expect("an example is YAML")
+            serde_saphyr::from_str(&text).expect("an example is YAML")
         })
         .collect()
 }
@@ -530,18 +530,18 @@ fn many_files_one_multi_document_file_and_a_list_give_the_same_plan() {
     assert_eq!(from_multi_doc, separate, "one file, five documents");
 
     let list = json!({"apiVersion": "v1", "kind": "List", "items": example_objects()});
-    let list = dir.write("list.yaml", &serde_yaml::to_string(&list).expect("YAML"));
+    let list = dir.write("list.yaml", &serde_saphyr::to_string(&list).expect("YAML"));
     let from_list = plan_json(std::slice::from_ref(&list), &[cluster()], NOW);
     assert_eq!(from_list, separate, "one kind: List");
 
     // A mix: a List, then a file of two documents.
     let objects = example_objects();
     let head = json!({"apiVersion": "v1", "kind": "List", "items": objects[..3]});
-    let head = dir.write("head.yaml", &serde_yaml::to_string(&head).expect("YAML"));
+    let head = dir.write("head.yaml", &serde_saphyr::to_string(&head).expect("YAML"));
     let tail = format!(
         "{}---\n{}",
-        serde_yaml::to_string(&objects[3]).expect("YAML"),
-        serde_yaml::to_string(&objects[4]).expect("YAML")
+        serde_saphyr::to_string(&objects[3]).expect("YAML"),
+        serde_saphyr::to_string(&objects[4]).expect("YAML")
     );
     let tail = dir.write("tail.yaml", &tail);
     assert_eq!(
@@ -552,7 +552,7 @@ fn many_files_one_multi_document_file_and_a_list_give_the_same_plan() {
 
     // --cluster more than once: the Nodes in one dump, the Pods in another.
     let dump: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(cluster()).expect("read the dump"))
+        serde_saphyr::from_str(&std::fs::read_to_string(cluster()).expect("read the dump"))
             .expect("the dump is YAML");
     let items = dump["items"].as_array().expect("the dump is a List");
     let of_kind = |kind: &str| {
@@ -561,11 +561,11 @@ fn many_files_one_multi_document_file_and_a_list_give_the_same_plan() {
     };
     let nodes = dir.write(
         "nodes.yaml",
-        &serde_yaml::to_string(&of_kind("Node")).expect("YAML"),
+        &serde_saphyr::to_string(&of_kind("Node")).expect("YAML"),
     );
     let pods = dir.write(
         "pods.yaml",
-        &serde_yaml::to_string(&of_kind("Pod")).expect("YAML"),
+        &serde_saphyr::to_string(&of_kind("Pod")).expect("YAML"),
     );
     assert_eq!(
         plan_json(&[list], &[nodes, pods], NOW),
@@ -708,6 +708,23 @@ fn yaml_syntax_errors_name_the_file_document_and_line() {
         &[file],
         &[],
         &["syntax.yaml", "document 2", "not valid YAML"],
+    );
+}
+
+#[test]
+fn yaml_errors_count_empty_documents_and_no_separator_inside_a_block_scalar() {
+    let dir = TempDir::new("documents");
+    // Document 1 holds a `---` line inside a literal block, document 2 is empty,
+    // document 3 is the policy, and the error is in document 4.
+    let text = format!(
+        "kind: List\nitems: []\nnote: |\n  ---\n  not a separator\n---\n---\n{GOOD_POLICY}---\nkind: [oops\n"
+    );
+    let file = dir.write("counted.yaml", &text);
+    assert_refused(
+        &[file],
+        &[cluster()],
+        &[],
+        &["counted.yaml", "document 4", "not valid YAML", "line 21"],
     );
 }
 

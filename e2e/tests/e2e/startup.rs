@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use serde_yaml::Value as Yaml;
+use serde_json::Value as Yaml;
 use taint_operator_e2e::{
     Harness, Result, Started, bail, ensure, ensure_eq, free_port, start_control_plane,
 };
@@ -69,11 +69,11 @@ async fn fails_with_one_line(bin: &Path, kubeconfig: &Path) -> Result<String> {
 fn read_yaml(path: &Path) -> Result<Yaml> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(serde_yaml::from_str(&text)?)
+    Ok(serde_saphyr::from_str(&text)?)
 }
 
 fn write_yaml(path: &Path, kc: &Yaml) -> Result<PathBuf> {
-    std::fs::write(path, serde_yaml::to_string(kc)?)?;
+    std::fs::write(path, serde_saphyr::to_string(kc)?)?;
     Ok(path.to_path_buf())
 }
 
@@ -88,11 +88,11 @@ fn server(kc: &Yaml) -> Result<String> {
 /// The same kubeconfig with every user's credentials replaced by a bearer token.
 fn with_token(kc: &Yaml, token: &str) -> Result<Yaml> {
     let mut kc = kc.clone();
-    let Some(users) = kc["users"].as_sequence_mut() else {
+    let Some(users) = kc["users"].as_array_mut() else {
         bail!("the kubeconfig has no users");
     };
     for u in users {
-        u["user"] = serde_yaml::from_str(&format!("{{token: {token:?}}}"))?;
+        u["user"] = serde_json::json!({ "token": token });
     }
     Ok(kc)
 }
