@@ -5,7 +5,7 @@ use engine::duration::parse_go_duration;
 use taint_operator::{
     explain,
     plan::{self, LiveArgs, Output, PlanArgs, PlanError},
-    run::{RunConfig, run},
+    run::{MetricsCert, RunConfig, run},
     serve::webhook::WebhookConfig,
     telemetry::logs::{self as telemetry, LogFormat},
 };
@@ -61,9 +61,22 @@ enum Command {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Address for /metrics, /healthz and /readyz.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Address for /metrics, /healthz and /readyz. Plain HTTP, so localhost by
+    /// default: listen on the pod's address only where the network keeps the port
+    /// private (a NetworkPolicy), or with --metrics-secure.
+    #[arg(long, default_value = "127.0.0.1:8080")]
     metrics_addr: SocketAddr,
+    /// Serve HTTPS on --metrics-addr, where /metrics answers only a bearer token
+    /// whose user the API server allows `get` on the non-resource URL /metrics
+    /// (a TokenReview, then a SubjectAccessReview; decisions cached for a minute,
+    /// refusals for 10 s). /healthz and /readyz stay open for the kubelet.
+    #[arg(long)]
+    metrics_secure: bool,
+    /// With --metrics-secure: the serving certificate, tls.crt and tls.key in this
+    /// directory (reloaded when they change). Without it, a self-signed
+    /// certificate is made at start.
+    #[arg(long, requires = "metrics_secure")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Serve the admission webhooks (TLS) on this address: Node CREATE at
     /// /mutate-node, TaintPolicy CREATE and UPDATE at /validate-taintpolicy.
     #[arg(long, requires_all = ["webhook_cert_file", "webhook_key_file"])]
@@ -148,8 +161,14 @@ fn run_command(args: RunArgs) -> ExitCode {
         }),
         _ => None,
     };
+    let metrics_cert = match (args.metrics_secure, args.metrics_cert_dir) {
+        (false, _) => None,
+        (true, Some(dir)) => Some(MetricsCert::Dir(dir)),
+        (true, None) => Some(MetricsCert::SelfSigned),
+    };
     let config = RunConfig {
         metrics_addr: args.metrics_addr,
+        metrics_cert,
         webhook,
         registered_webhooks: args.registered_webhooks,
         leader_elect: args.leader_elect,

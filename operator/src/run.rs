@@ -1,7 +1,7 @@
 //! `taint-operator run`: wires caches, controllers, the status writer, leader
 //! election and the HTTP endpoints together.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::Node;
@@ -30,7 +30,11 @@ use crate::{
         watches::{drive_nodes, feed_node_queue, sync_gate, watch_policies},
     },
     leader::{LeaderElector, LeaseHealth, Timing},
-    serve::http,
+    serve::{
+        http,
+        metrics_auth::{CacheTtl, MetricsAuth},
+        tls::{self, TlsError},
+    },
     telemetry::{api_metrics::ApiMetricsLayer, metrics::Metrics},
 };
 
@@ -38,8 +42,20 @@ use crate::{
 /// within the chart's 30 s termination grace period, after the 10 s reconcile drain.
 const EVENT_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
+/// Where the certificate of secure metrics comes from.
+#[derive(Debug, Clone)]
+pub enum MetricsCert {
+    /// Made up at start (Prometheus scrapes pods without verifying them).
+    SelfSigned,
+    /// `tls.crt` and `tls.key` in this directory, reloaded when they change.
+    Dir(PathBuf),
+}
+
 pub struct RunConfig {
     pub metrics_addr: SocketAddr,
+    /// Some: /metrics over HTTPS behind the API server's authentication and
+    /// authorization. None: plain HTTP.
+    pub metrics_cert: Option<MetricsCert>,
     pub webhook: Option<crate::serve::webhook::WebhookConfig>,
     /// The webhooks the API server is configured to call (for alerts).
     pub registered_webhooks: Vec<String>,
@@ -80,6 +96,8 @@ pub enum StartupError {
     },
     #[error("webhook: {0}")]
     Webhook(String),
+    #[error("secure metrics: {0}")]
+    MetricsTls(#[source] TlsError),
 }
 
 /// The API client, and the API server's URL for messages. `qps` caps the requests
@@ -256,24 +274,43 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
             addr: cfg.metrics_addr,
             source,
         })?;
-    tokio::spawn(http::serve(
-        listener,
-        http::router(
-            metrics.clone(),
-            {
-                let ctx = ctx.clone();
-                Arc::new(move || {
-                    ctx.policies_synced
-                        .load(std::sync::atomic::Ordering::Acquire)
-                })
-            },
-            {
-                let ctx = ctx.clone();
-                Arc::new(move || liveness(&ctx, lease_health.as_deref(), timing))
-            },
-        ),
-        shutdown.clone(),
-    ));
+    let auth = cfg
+        .metrics_cert
+        .as_ref()
+        .map(|_| Arc::new(MetricsAuth::new(client.clone(), CacheTtl::default())));
+    let router = http::router(
+        metrics.clone(),
+        {
+            let ctx = ctx.clone();
+            Arc::new(move || {
+                ctx.policies_synced
+                    .load(std::sync::atomic::Ordering::Acquire)
+            })
+        },
+        {
+            let ctx = ctx.clone();
+            Arc::new(move || liveness(&ctx, lease_health.as_deref(), timing))
+        },
+        auth,
+    );
+    match &cfg.metrics_cert {
+        None => {
+            tokio::spawn(http::serve(listener, router, shutdown.clone()));
+        }
+        Some(cert) => {
+            let tls = match cert {
+                MetricsCert::Dir(dir) => {
+                    tls::from_files(&dir.join("tls.crt"), &dir.join("tls.key")).await
+                }
+                MetricsCert::SelfSigned => {
+                    tls::self_signed(vec!["localhost".into(), cfg.identity.clone()]).await
+                }
+            }
+            .map_err(StartupError::MetricsTls)?;
+            tokio::spawn(http::serve_tls(listener, tls, router, shutdown.clone()));
+        }
+    }
+    tracing::info!(addr = %cfg.metrics_addr, secure = cfg.metrics_cert.is_some(), "metrics serving");
     if let Some(webhook) = &cfg.webhook {
         crate::serve::webhook::start(webhook, ctx.clone(), shutdown.clone())
             .await

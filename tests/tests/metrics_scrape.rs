@@ -129,7 +129,7 @@ async fn scrape(metrics: Metrics) -> String {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(operator_http::serve(
         listener,
-        operator_http::router(metrics, Arc::new(|| true), Arc::new(|| Ok(()))),
+        operator_http::router(metrics, Arc::new(|| true), Arc::new(|| Ok(())), None),
         async move {
             let _ = stopped.await;
         },

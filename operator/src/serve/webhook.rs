@@ -8,14 +8,14 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{Arc, atomic::Ordering},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use axum::{Json, Router, extract::State, routing::post};
-use axum_server::tls_rustls::RustlsConfig;
 use serde_json::Value;
 use taint_operator_crd::TaintPolicy;
 
+use super::tls;
 use crate::{
     admission::{self, Answer, policy::Cluster},
     controller::context::Context,
@@ -119,27 +119,20 @@ pub fn router(ctx: Arc<Context>) -> Router {
         .with_state(ctx)
 }
 
-/// Starts the TLS server and a watcher that reloads the certificate when its files change.
+/// Starts the TLS server; its certificate is reloaded when its files change.
 pub async fn start(
     cfg: &WebhookConfig,
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let tls = RustlsConfig::from_pem_file(&cfg.cert_file, &cfg.key_file)
+    let tls = tls::from_files(&cfg.cert_file, &cfg.key_file)
         .await
-        .map_err(|e| {
-            format!(
-                "cannot load TLS certificate {} / key {}: {e}",
-                cfg.cert_file.display(),
-                cfg.key_file.display()
-            )
-        })?;
+        .map_err(|e| e.to_string())?;
     let handle = axum_server::Handle::new();
     let listener = std::net::TcpListener::bind(cfg.addr)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let server = axum_server::from_tcp_rustls(listener, tls.clone())
+    let server = axum_server::from_tcp_rustls(listener, tls)
         .map_err(|e| e.to_string())?
         .handle(handle.clone());
     tokio::spawn(server.serve(router(ctx).into_make_service()));
@@ -147,35 +140,6 @@ pub async fn start(
         shutdown.await;
         handle.graceful_shutdown(Some(Duration::from_secs(5)));
     });
-    tokio::spawn(reload_on_change(
-        tls,
-        cfg.cert_file.clone(),
-        cfg.key_file.clone(),
-    ));
     tracing::info!(addr = %cfg.addr, "webhook serving");
     Ok(())
-}
-
-async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
-    let stamp = |p: &PathBuf| {
-        std::fs::metadata(p)
-            .and_then(|m| m.modified())
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    };
-    let mut seen = (stamp(&cert), stamp(&key));
-    loop {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let now = (stamp(&cert), stamp(&key));
-        if now == seen {
-            continue;
-        }
-        match tls.reload_from_pem_file(&cert, &key).await {
-            Ok(()) => {
-                tracing::info!("webhook certificate reloaded");
-                seen = now;
-            }
-            // A half-written pair during rotation: try again next tick.
-            Err(e) => tracing::warn!(error = %e, "webhook certificate reload failed; retrying"),
-        }
-    }
 }
