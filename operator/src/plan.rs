@@ -244,11 +244,13 @@ fn documents(file: &PathBuf) -> Result<Vec<Value>, InputError> {
         file: name.clone(),
         source,
     })?;
-    let values = serde_saphyr::from_multiple_with_options::<Value>(&text, yaml_options())
-        .map_err(|e| InputError::Yaml {
-            file: name.clone(),
-            doc: failed_document(&text, &e),
-            message: e.to_string(),
+    let values =
+        serde_saphyr::from_multiple_with_options::<Value>(&text, yaml_options()).map_err(|e| {
+            InputError::Yaml {
+                file: name.clone(),
+                doc: failed_document(&text, &e),
+                message: e.to_string(),
+            }
         })?;
     let mut docs = Vec::new();
     for (i, value) in values.into_iter().enumerate() {

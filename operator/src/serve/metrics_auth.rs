@@ -52,11 +52,16 @@ const CACHE_LIMIT: usize = 1024;
 /// What the API server said about one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Allowed { user: String },
+    Allowed {
+        user: String,
+    },
     /// No token, or one the API server does not know (401).
     Unauthenticated,
     /// A known user without `get` on the path (403).
-    Forbidden { user: String, reason: String },
+    Forbidden {
+        user: String,
+        reason: String,
+    },
 }
 
 /// A review the API server did not answer: the request is refused, nothing is cached.
@@ -210,11 +215,13 @@ fn cache_key(verb: &str, path: &str, token: &str) -> [u8; 32] {
 
 /// The token of an `Authorization: Bearer TOKEN` header.
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// An axum middleware for the protected routes: 401 without a valid token, 403
