@@ -332,7 +332,10 @@ pub async fn install_crd(client: &Client, bin: &Path) -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let crd: CustomResourceDefinition = serde_saphyr::from_slice(&out.stdout)?;
+    // Through a JSON value: serde-saphyr deserializing the CRD's recursive schema
+    // type directly takes more than the test thread's 2 MiB stack in a debug build.
+    let crd: serde_json::Value = serde_saphyr::from_slice(&out.stdout)?;
+    let crd: CustomResourceDefinition = serde_json::from_value(crd)?;
     let name = crd.metadata.name.clone().unwrap_or_default();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(

@@ -71,6 +71,8 @@ pub struct Operator {
     identity: String,
     lease_name: Option<String>,
     extra_args: Vec<String>,
+    /// `--metrics-secure`: its port speaks HTTPS, /metrics wants a token.
+    secure_metrics: bool,
 }
 
 impl Operator {
@@ -91,6 +93,7 @@ impl Operator {
             identity: "e2e-operator".into(),
             lease_name: None,
             extra_args: Vec::new(),
+            secure_metrics: false,
         }
     }
 
@@ -128,6 +131,14 @@ impl Operator {
     /// More `run` flags (e.g. the webhook's).
     pub fn with_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
         self.extra_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Serve the metrics port over HTTPS with a self-signed certificate, /metrics
+    /// behind the API server's TokenReview and SubjectAccessReview.
+    pub fn with_secure_metrics(mut self) -> Self {
+        self.secure_metrics = true;
+        self.extra_args.push("--metrics-secure".into());
         self
     }
 
@@ -271,7 +282,22 @@ impl Operator {
     }
 
     async fn get(&self, path: &str) -> Result<(u16, String)> {
-        http_get(self.port, path, Duration::from_secs(5)).await
+        self.get_as(path, None).await
+    }
+
+    /// A GET of the metrics port, over HTTPS when the metrics are secure, with
+    /// `Authorization: Bearer <token>` when a token is given.
+    pub async fn get_as(&self, path: &str, token: Option<&str>) -> Result<(u16, String)> {
+        if self.secure_metrics {
+            https_get(self.port, path, token, Duration::from_secs(5)).await
+        } else {
+            http_get(self.port, path, Duration::from_secs(5)).await
+        }
+    }
+
+    /// The port /metrics, /healthz and /readyz are served on (0 before the first start).
+    pub fn metrics_port(&self) -> u16 {
+        self.port
     }
 
     /// The operator's `/metrics` right now.
@@ -417,4 +443,37 @@ pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Result<(u16, 
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("bad HTTP answer from the operator: {head:?}"))?;
     Ok((status, body.to_string()))
+}
+
+/// A GET over HTTPS to the operator's metrics port on 127.0.0.1, as Prometheus
+/// scrapes a pod: the certificate is not verified (it is self-signed), the bearer
+/// token is sent when given. kube's client is the TLS client at hand.
+pub async fn https_get(
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String)> {
+    use http::{HeaderValue, Request, header};
+
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse()?);
+    config.accept_invalid_certs = true;
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    if let Some(token) = token {
+        config.headers.push((
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}"))?,
+        ));
+    }
+    let client = kube::Client::try_from(config)?;
+    let request = Request::get(path).body(kube::client::Body::empty())?;
+    let response = tokio::time::timeout(timeout, client.send(request))
+        .await
+        .map_err(|_| {
+            format!("GET https://127.0.0.1:{port}{path}: no answer within {timeout:?}")
+        })??;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect_bytes().await?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }

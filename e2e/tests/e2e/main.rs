@@ -17,6 +17,7 @@ mod observability;
 mod ownership;
 mod policy_admission;
 mod restarts;
+mod secure_metrics;
 mod startup;
 mod throttling;
 mod validation;
@@ -215,6 +216,11 @@ async fn e2e_suite() {
         s.run("leader Lease black-holed", leader::lease_black_holed(h))
             .await;
         s.run("start-up errors", startup::startup_errors(h)).await;
+        s.run(
+            "secure metrics (TokenReview, SubjectAccessReview)",
+            secure_metrics::secure_metrics(h),
+        )
+        .await;
         // 19-20. faults: the API server and etcd restart under the operator
         s.run(
             "kube-apiserver restarts, ten rounds",
