@@ -14,8 +14,6 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-venv="${CHART_TEST_VENV:-$here/.venv}"
-python="${PYTHON:-python3}"
 
 for var in KUBE_APISERVER_BIN ETCD_BIN; do
     bin=${!var:-}
@@ -28,14 +26,7 @@ for var in KUBE_APISERVER_BIN ETCD_BIN; do
     fi
 done
 
-if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-    echo "chart e2e needs Python >= 3.10 (helm-python-sdk); got: $("$python" --version 2>&1)" >&2
-    exit 1
-fi
-if [ ! -x "$venv/bin/python" ]; then
-    "$python" -m venv "$venv"
-fi
-"$venv/bin/python" -m pip install --disable-pip-version-check --quiet --upgrade -r "$here/requirements.txt"
+python="$("$repo/scripts/test-venv.sh" "${CHART_TEST_VENV:-$here/.venv}" "chart e2e")"
 
 cp_dir="$(mktemp -d "${TMPDIR:-/tmp}/taint-operator-chart-e2e.XXXXXX")"
 stop() {
@@ -59,4 +50,4 @@ fi
 
 export E2E_KUBECONFIG="$cp_dir/admin.kubeconfig"
 cd "$here"
-"$venv/bin/python" -m pytest -p no:cacheprovider -q "$here/test_install.py" "$@"
+"$python" -m pytest -p no:cacheprovider -q "$here/test_install.py" "$@"
