@@ -48,6 +48,9 @@ PROCESSES=(kubelet kube-proxy containerd kube-scheduler kube-controller-manager 
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# free_port and the test PKI (pki_ca, pki_sign, pki_service_account_keys)
+# shellcheck source=e2e/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 skip() { echo "cluster: skip: $*" >&2; exit 3; }
 
 usage() {
@@ -91,24 +94,6 @@ file_is_static() { ! LC_ALL=C readelf -l "$1" 2>/dev/null | grep -q 'program int
 
 pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
 
-# A TCP port nobody listens on, below the Linux ephemeral range (32768+) so
-# outgoing connections do not grab it between the check and the bind.
-port_taken() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
-USED_PORTS=""
-free_port() { # VAR ADDRESS: sets VAR (no command substitution, so USED_PORTS is kept)
-  local p _
-  for _ in $(seq 1 200); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
-    [[ " $USED_PORTS " == *" $p "* ]] && continue
-    if ! port_taken "$2" "$p" && ! port_taken 127.0.0.1 "$p"; then
-      USED_PORTS="$USED_PORTS $p"
-      printf -v "$1" '%s' "$p"
-      return 0
-    fi
-  done
-  die "could not find a free port"
-}
-
 default_node_ip() {
   local ip
   ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
@@ -120,43 +105,19 @@ default_node_ip() {
 # ---------------------------------------------------------------- certificates
 gen_certs() { # DIR
   local d=$1/pki
-  mkdir -p "$d"
-  (
-    cd "$d"
-    openssl_q() { openssl "$@" >/dev/null 2>&1 || { log "openssl $* failed"; openssl "$@"; }; }
-    ec_key() { openssl_q genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
-    ec_key ca.key
-    openssl_q req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=taint-operator-e2e-cluster-ca" \
-      -addext "basicConstraints=critical,CA:TRUE" \
-      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" -out ca.crt
-    sign() { # NAME SUBJECT EXTENDED-KEY-USAGE [SUBJECT-ALT-NAMES]
-      ec_key "$1.key"
-      openssl_q req -new -key "$1.key" -subj "$2" -out "$1.csr"
-      {
-        echo "basicConstraints=CA:FALSE"
-        echo "keyUsage=critical,digitalSignature,keyEncipherment"
-        echo "extendedKeyUsage=$3"
-        [[ -z ${4:-} ]] || echo "subjectAltName=$4"
-      } >"$1.ext"
-      openssl_q x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 \
-        -days 3650 -extfile "$1.ext" -out "$1.crt"
-      rm -f "$1.csr" "$1.ext"
-    }
-    sign apiserver "/CN=kube-apiserver" serverAuth \
-      "IP:$NODE_IP,IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-    sign kubelet-serving "/CN=$NODE_NAME" serverAuth "IP:$NODE_IP,DNS:$NODE_NAME"
-    sign admin "/O=system:masters/CN=e2e-admin" clientAuth
-    # the API server's identity towards the kubelet (logs, exec)
-    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
-    sign kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
-    sign kube-scheduler "/CN=system:kube-scheduler" clientAuth
-    sign kube-proxy "/CN=system:kube-proxy" clientAuth
-    # node identity without TLS bootstrap
-    sign kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
-    openssl_q genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
-    openssl_q pkey -in sa.key -pubout -out sa.pub
-    chmod 600 ./*.key
-  )
+  pki_ca "$d" taint-operator-e2e-cluster-ca
+  pki_sign "$d" apiserver "/CN=kube-apiserver" serverAuth \
+    "IP:$NODE_IP,IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  pki_sign "$d" kubelet-serving "/CN=$NODE_NAME" serverAuth "IP:$NODE_IP,DNS:$NODE_NAME"
+  pki_sign "$d" admin "/O=system:masters/CN=e2e-admin" clientAuth
+  # the API server's identity towards the kubelet (logs, exec)
+  pki_sign "$d" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+  pki_sign "$d" kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
+  pki_sign "$d" kube-scheduler "/CN=system:kube-scheduler" clientAuth
+  pki_sign "$d" kube-proxy "/CN=system:kube-proxy" clientAuth
+  # node identity without TLS bootstrap
+  pki_sign "$d" kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+  pki_service_account_keys "$d"
 }
 
 write_kubeconfig() { # FILE NAME (pki/NAME.crt and .key)

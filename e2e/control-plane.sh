@@ -36,6 +36,9 @@ MARKER=.taint-operator-control-plane
 
 log() { printf 'control-plane: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# free_port and the test PKI (pki_ca, pki_sign, pki_service_account_keys)
+# shellcheck source=e2e/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 usage() {
   cat >&2 <<EOF
@@ -83,63 +86,15 @@ abspath() { mkdir -p "$1" && (cd "$1" && pwd); }
 
 pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
 
-# A TCP port on 127.0.0.1 nobody listens on, below the Linux ephemeral range
-# (32768+) so outgoing connections do not grab it between the check and the bind.
-port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-USED_PORTS=""
-free_port() { # VAR: sets VAR (no command substitution, so USED_PORTS is kept)
-  local p _
-  for _ in $(seq 1 200); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
-    if [[ " $USED_PORTS " == *" $p "* ]]; then continue; fi
-    if ! port_taken "$p"; then
-      USED_PORTS="$USED_PORTS $p"
-      printf -v "$1" '%s' "$p"
-      return 0
-    fi
-  done
-  die "could not find a free loopback port"
-}
-
 # ---------------------------------------------------------------- certificates
 gen_certs() {
   local d=$1/pki
-  mkdir -p "$d"
-  (
-    cd "$d"
-    openssl_q() { openssl "$@" >/dev/null 2>&1 || { log "openssl $* failed"; openssl "$@"; }; }
-    ec_key() { openssl_q genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
-
-    ec_key ca.key
-    openssl_q req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=taint-operator-e2e-ca" \
-      -addext "basicConstraints=critical,CA:TRUE" \
-      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" -out ca.crt
-
-    # sign NAME SUBJECT EXTFILE-CONTENT
-    sign() {
-      ec_key "$1.key"
-      openssl_q req -new -key "$1.key" -subj "$2" -out "$1.csr"
-      printf '%s\n' "$3" >"$1.ext"
-      openssl_q x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 \
-        -days 3650 -extfile "$1.ext" -out "$1.crt"
-      rm -f "$1.csr" "$1.ext"
-    }
-    sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:$SERVICE_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-    sign admin "/O=system:masters/CN=e2e-admin" "basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
-    sign operator "/CN=$OPERATOR_USER" "basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
-
-    # service-account token signing key pair
-    openssl_q genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
-    openssl_q pkey -in sa.key -pubout -out sa.pub
-    chmod 600 ./*.key
-  )
+  pki_ca "$d" taint-operator-e2e-ca
+  pki_sign "$d" apiserver "/CN=kube-apiserver" serverAuth \
+    "IP:127.0.0.1,DNS:localhost,IP:$SERVICE_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  pki_sign "$d" admin "/O=system:masters/CN=e2e-admin" clientAuth
+  pki_sign "$d" operator "/CN=$OPERATOR_USER" clientAuth
+  pki_service_account_keys "$d"
 }
 
 write_kubeconfig() { # FILE USER CERT KEY SERVER PKI
