@@ -6,7 +6,11 @@
 #
 # Output: target/image/taint-operator.tar, loadable with `docker load`,
 # `podman load`, `ctr images import`, `kind load image-archive`,
-# `k3s ctr images import`, `minikube image load`.
+# `k3s ctr images import`, `minikube image load`; and beside it
+# target/image/taint-operator.cdx.json, the SBOM (CycloneDX 1.6 JSON, by
+# cargo-sbom, installed at a pinned version if missing). scripts/check-image.py
+# then checks both: the binary, its kubectl plugin link and nothing else in the
+# image; the locked crates in the SBOM.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,7 +21,7 @@ repository=$(sed -n '/^image:/,/^[^ ]/s/^  repository: *\(.*\)$/\1/p' charts/tai
 [[ -n $version && -n $repository ]] || { echo "build-image.sh: cannot read appVersion or image.repository from the chart" >&2; exit 1; }
 ref="$repository:$version"
 target=x86_64-unknown-linux-gnu
-binary=target/$target/release/taint-operator
+binary=${CARGO_TARGET_DIR:-target}/$target/release/taint-operator
 
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$target" -p taint-operator
 # The image has no libraries: the ELF must have no program interpreter.
@@ -39,4 +43,12 @@ buildah "${store[@]}" bud --isolation chroot --layers=false -f Dockerfile -t "$r
 mkdir -p target/image
 rm -f target/image/taint-operator.tar
 buildah "${store[@]}" push "$ref" "docker-archive:target/image/taint-operator.tar:$ref"
-echo "image $ref: target/image/taint-operator.tar ($(du -h target/image/taint-operator.tar | cut -f1)); binary $(du -h "$binary" | cut -f1)"
+
+# The SBOM: the crates of Cargo.lock the taint-operator package is built from.
+sbom_version=0.10.0
+if [[ "$(cargo sbom --version 2>/dev/null)" != "cargo-sbom $sbom_version" ]]; then
+    cargo install --locked --quiet cargo-sbom --version "$sbom_version"
+fi
+cargo sbom --cargo-package taint-operator --output-format cyclone_dx_json_1_6 >target/image/taint-operator.cdx.json
+python3 scripts/check-image.py target/image/taint-operator.tar --ref "$ref" --sbom target/image/taint-operator.cdx.json
+echo "image $ref: target/image/taint-operator.tar ($(du -h target/image/taint-operator.tar | cut -f1)); binary $(du -h "$binary" | cut -f1); SBOM target/image/taint-operator.cdx.json"

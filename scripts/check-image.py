@@ -74,6 +74,13 @@ def layer_entries(archive: tarfile.TarFile, layers: list[str]) -> dict[str, tupl
 
 
 def check_archive(path: Path, ref: str | None = None) -> list[str]:
+    try:
+        return _check_archive(path, ref)
+    except (OSError, tarfile.TarError, ValueError, KeyError) as e:
+        return [f"{path}: not a readable docker-archive: {e!r}"]
+
+
+def _check_archive(path: Path, ref: str | None) -> list[str]:
     problems: list[str] = []
     with tarfile.open(path) as archive:
         names = set(archive.getnames())
