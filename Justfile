@@ -26,6 +26,10 @@ image:
 bench:
     cargo bench -p taint-operator-engine --bench evaluate
 
+# The supply-chain check CI runs: cargo deny (advisories offline from ../shared/advisory-db, bans, licenses, sources).
+deny *CHECKS:
+    bash scripts/cargo-deny.sh {{CHECKS}}
+
 # What CI runs.
 ci:
     bash .ci/run
