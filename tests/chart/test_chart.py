@@ -57,22 +57,16 @@ NON_DEFAULT: dict[str, Any] = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "15s"},
 }
 
-# What the operator uses, per the issue. The rules file must say exactly this.
+# What the operator's code calls, verb by verb (operator/src: the watches, the node
+# patch and its re-read after a conflict, the finalizer's and the status' patches, the
+# drain's pod list and evictions, kube's event Recorder). The rules file must say
+# exactly this: a verb more is a grant nothing uses.
 EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-    {
-        "apiGroups": ["nodetaint.io"],
-        "resources": ["taintpolicies"],
-        "verbs": ["get", "list", "watch", "patch", "update"],
-    },
-    {
-        "apiGroups": ["nodetaint.io"],
-        "resources": ["taintpolicies/status"],
-        "verbs": ["get", "patch", "update"],
-    },
-    {"apiGroups": ["nodetaint.io"], "resources": ["taintpolicies/finalizers"], "verbs": ["update"]},
+    {"apiGroups": ["nodetaint.io"], "resources": ["taintpolicies"], "verbs": ["list", "watch", "patch"]},
+    {"apiGroups": ["nodetaint.io"], "resources": ["taintpolicies/status"], "verbs": ["patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 
@@ -357,7 +351,7 @@ def test_leases_role_in_release_namespace(default):
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "create", "update", "patch"],
+            "verbs": ["get", "create", "update"],
         }
     ]
     rb = default.one("RoleBinding")

@@ -250,7 +250,7 @@ def test_leases_role_and_binding(installed):
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "create", "update", "patch"],
+            "verbs": ["get", "create", "update"],
         }
     ]
     rb = must_get("rolebinding", name, NAMESPACE)
@@ -287,9 +287,16 @@ def test_no_webhook_by_default(installed):
         ("list", "pods", ("--all-namespaces",), "yes"),
         ("watch", "taintpolicies.nodetaint.io", (), "yes"),
         ("patch", "taintpolicies.nodetaint.io", ("--subresource=status",), "yes"),
-        ("update", "taintpolicies.nodetaint.io", ("--subresource=finalizers",), "yes"),
+        ("patch", "taintpolicies.nodetaint.io", (), "yes"),
         ("create", "events.events.k8s.io", ("-n", "default"), "yes"),
         ("update", "leases.coordination.k8s.io", ("-n", NAMESPACE), "yes"),
+        # granted once, never called (#24): gone
+        ("get", "pods", ("-n", NAMESPACE), "no"),
+        ("update", "taintpolicies.nodetaint.io", (), "no"),
+        ("update", "taintpolicies.nodetaint.io", ("--subresource=status",), "no"),
+        ("get", "taintpolicies.nodetaint.io", ("--subresource=status",), "no"),
+        ("update", "taintpolicies.nodetaint.io", ("--subresource=finalizers",), "no"),
+        ("patch", "leases.coordination.k8s.io", ("-n", NAMESPACE), "no"),
         ("delete", "nodes", (), "no"),
         ("patch", "nodes", ("--subresource=status",), "no"),
         ("list", "secrets", ("-n", NAMESPACE), "no"),
