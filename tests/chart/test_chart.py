@@ -864,6 +864,83 @@ def test_rbac_and_service_account_can_be_external(chart):
     assert r.pod["serviceAccountName"] == "ops"
 
 
+# --------------------------------------------------------------------------- NetworkPolicy
+
+NETWORK_POLICY = {"networkPolicy": {"enabled": True}}
+
+
+def ingress_to(policy: dict[str, Any], port: int) -> list[dict[str, Any]]:
+    return [r for r in policy["spec"]["ingress"] if {"port": port, "protocol": "TCP"} in r["ports"]]
+
+
+def test_no_network_policy_by_default(default):
+    assert default.all("NetworkPolicy") == []
+
+
+def test_network_policy_defaults(chart):
+    r = render(chart, NETWORK_POLICY)
+    np = r.one("NetworkPolicy", FULLNAME)
+    assert np["apiVersion"] == "networking.k8s.io/v1"
+    assert np["metadata"]["namespace"] == NAMESPACE
+    spec = np["spec"]
+    assert spec["podSelector"] == r.deployment["spec"]["selector"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    # the webhook port stays open to anyone: the API server is not a pod
+    webhook_port = next(p["containerPort"] for p in r.container["ports"] if p["name"] == "webhook")
+    (webhook_rule,) = ingress_to(np, webhook_port)
+    assert "from" not in webhook_rule and webhook_rule["ports"] == [{"port": webhook_port, "protocol": "TCP"}]
+    # metrics only from the monitoring namespace
+    (metrics_rule,) = ingress_to(np, 8080)
+    assert metrics_rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert len(spec["ingress"]) == 2
+    # egress: the API server only; no DNS (the operator resolves no names)
+    assert spec["egress"] == [
+        {
+            "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+            "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}],
+        }
+    ]
+
+
+def test_network_policy_values(chart):
+    peers = [{"namespaceSelector": {"matchLabels": {"team": "obs"}}, "podSelector": {"matchLabels": {"app": "prometheus"}}}]
+    r = render(
+        chart,
+        {
+            "webhook": {"enabled": True, "port": 10250},
+            "metrics": {"port": 9090},
+            "networkPolicy": {
+                "enabled": True,
+                "metricsFrom": peers,
+                "apiServer": {"cidrs": ["10.0.0.10/32"], "ports": [6443]},
+                "dns": {"enabled": True},
+            },
+        },
+    )
+    np = r.one("NetworkPolicy", FULLNAME)
+    (webhook_rule,) = ingress_to(np, 10250)
+    assert "from" not in webhook_rule
+    assert ingress_to(np, 9443) == []
+    assert ingress_to(np, 9090)[0]["from"] == peers
+    api, dns = np["spec"]["egress"]
+    assert api == {"to": [{"ipBlock": {"cidr": "10.0.0.10/32"}}], "ports": [{"port": 6443, "protocol": "TCP"}]}
+    assert dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    assert sorted(p["protocol"] for p in dns["ports"]) == ["TCP", "UDP"] and {p["port"] for p in dns["ports"]} == {53}
+
+
+def test_network_policy_without_webhooks_or_scrapers_admits_nothing(chart):
+    r = render(chart, {"policyWebhook": {"enabled": False}, "networkPolicy": {"enabled": True, "metricsFrom": []}})
+    # `ingress: []` with policyType Ingress: no pod may connect (an absent `from` would mean anyone)
+    assert r.one("NetworkPolicy")["spec"]["ingress"] == []
+
+
 # --------------------------------------------------------------------------- alerts and dashboard
 
 
@@ -942,6 +1019,12 @@ CHART_HARDENING: dict[str, Any] = {
     "priorityClassName": "",
     "unhealthyNodeTolerationSeconds": 0,
     "topologySpreadConstraints": [],
+    "networkPolicy": {
+        "enabled": True,
+        "metricsFrom": [{"ipBlock": {"cidr": "10.1.0.0/16", "except": ["10.1.2.0/24"]}}],
+        "apiServer": {"cidrs": ["fd00::1/128"], "ports": [443]},
+        "dns": {"enabled": True, "podSelector": {"matchLabels": {"k8s-app": "coredns"}}},
+    },
 }
 
 
@@ -988,6 +1071,13 @@ def test_schema_accepts_valid_values(chart, values):
         ({"policyWebhook": {"timeoutSeconds": 0}}, "/policyWebhook/timeoutSeconds"),
         ({"policyWebhook": {"enabled": "no"}}, "/policyWebhook/enabled"),
         ({"policyWebhook": {"port": 9443}}, "port"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+        ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
+        ({"networkPolicy": {"metricsFrom": [{"namespace": "monitoring"}]}}, "namespace"),
+        ({"networkPolicy": {"apiServer": {"cidrs": ["10.0.0.1"]}}}, "/networkPolicy/apiServer/cidrs/0"),
+        ({"networkPolicy": {"apiServer": {"cidrs": []}}}, "/networkPolicy/apiServer/cidrs"),
+        ({"networkPolicy": {"apiServer": {"ports": [0]}}}, "/networkPolicy/apiServer/ports/0"),
+        ({"networkPolicy": {"dns": {"enabled": 1}}}, "/networkPolicy/dns/enabled"),
         ({"crds": {"install": "yes"}}, "/crds/install"),
         ({"crds": {"keep": 1}}, "/crds/keep"),
         ({"crds": {"enabled": True}}, "enabled"),
@@ -1035,6 +1125,13 @@ def test_schema_accepts_valid_values(chart, values):
         "policy-webhook-timeout",
         "policy-webhook-enabled-string",
         "policy-webhook-unknown-key",
+        "network-policy-enabled-string",
+        "network-policy-empty-peer",
+        "network-policy-unknown-peer-key",
+        "network-policy-cidr-no-prefix",
+        "network-policy-no-cidr",
+        "network-policy-port-zero",
+        "network-policy-dns-number",
         "crds-install-string",
         "crds-keep-number",
         "crds-unknown-key",
