@@ -960,6 +960,36 @@ def test_prometheus_rule_is_the_rules_file(chart):
     assert len(rule["spec"]["groups"][0]["rules"]) >= 7
 
 
+def alert(rule: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == name]
+    return found
+
+
+def test_replica_down_alert_selects_the_service_monitors_job(chart):
+    r = render(chart, {**MONITORING})
+    sm = r.one("ServiceMonitor", FULLNAME)
+    # the job is the Service's app.kubernetes.io/name, whatever the release is called
+    assert sm["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    job = r.one("Service", FULLNAME)["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert job == "taint-operator"
+    down = alert(r.one("PrometheusRule", FULLNAME), "TaintOperatorDown")
+    assert down["expr"].strip() == 'up{job="taint-operator"} == 0'
+    assert down["for"] == "5m"
+
+
+def test_replica_down_alert_follows_name_override(chart):
+    r = render(chart, {**MONITORING, "nameOverride": "nodetaints"})
+    name = "tp-nodetaints"
+    assert r.one("Service", name)["metadata"]["labels"]["app.kubernetes.io/name"] == "nodetaints"
+    rule = r.one("PrometheusRule", name)
+    assert alert(rule, "TaintOperatorDown")["expr"].strip() == 'up{job="nodetaints"} == 0'
+    # nothing else changes
+    def others(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for g in groups for r in g["rules"] if r["alert"] != "TaintOperatorDown"]
+
+    assert others(rule["spec"]["groups"]) == others(yaml.safe_load(ALERTS_FILE.read_text())["groups"])
+
+
 def test_prometheus_rule_namespace_and_labels(chart):
     r = render(
         chart,
