@@ -445,6 +445,8 @@ def test_1f_a_replica_on_a_not_ready_node_is_evicted_after_the_chart_tolerations
         )
         taint = wait_until("the node lifecycle controller's NoExecute taint", no_execute_taint, 60, 0.5)
         k8s.apply(namespace(UNHEALTHY_NS))
+        # pods are admitted once kube-controller-manager has made the namespace's default ServiceAccount
+        wait_until("the default ServiceAccount", lambda: k8s.get("serviceaccount", "default", UNHEALTHY_NS), 30)
         k8s.apply(bound_pod("chart", tolerations), bound_pod("forever", [{"operator": "Exists"}]))
         bound = time.monotonic()
 
