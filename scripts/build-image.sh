@@ -17,7 +17,8 @@ repository=$(sed -n '/^image:/,/^[^ ]/s/^  repository: *\(.*\)$/\1/p' charts/tai
 [[ -n $version && -n $repository ]] || { echo "build-image.sh: cannot read appVersion or image.repository from the chart" >&2; exit 1; }
 ref="$repository:$version"
 target=x86_64-unknown-linux-gnu
-binary=target/$target/release/taint-operator
+# CARGO_TARGET_DIR moves cargo's output; the image files stay under target/.
+binary=${CARGO_TARGET_DIR:-target}/$target/release/taint-operator
 
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$target" -p taint-operator
 # The image has no libraries: the ELF must have no program interpreter.
