@@ -12,7 +12,7 @@ test:
 
 # Regenerate the chart's copy of the CRD.
 crd:
-    cargo run -q -p taint-operator -- crd > charts/taint-operator/crds/taintpolicies.nodetaint.io.yaml
+    cargo run -q -p taint-operator -- crd > charts/taint-operator/files/taintpolicies.nodetaint.io.yaml
 
 # Start a bare control plane (needs KUBE_APISERVER_BIN and ETCD_BIN) and run the e2e tests against it.
 e2e:

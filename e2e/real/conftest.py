@@ -33,6 +33,11 @@ IMAGE_TAR = k8s.REPO / "target" / "image" / "taint-operator.tar"
 # What the image is built from: a newer file means the archive is stale.
 IMAGE_SOURCES = ("operator", "engine", "Cargo.toml", "Cargo.lock", "Dockerfile")
 HELM_TIMEOUT = 120
+# The operator's namespace enforces Pod Security "restricted": every operator pod of
+# the session (installs, upgrades, the previous chart's) must pass it to exist.
+POD_SECURITY = {
+    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
+}
 
 # Filled by the tests, printed at the end of the run.
 MEASUREMENTS: dict[str, str] = {}
@@ -127,14 +132,15 @@ def release(cluster, chart, helm_cfg):
     Also measures the time from `helm install` to the first policy enforced: a
     matcher policy on a condition the node already has, applied as soon as the
     CRD is served; the clock stops when the node carries its taint.
+
+    The namespace is made first, labelled to enforce Pod Security "restricted".
     """
     key = k8s.TEST_TAINT_PREFIX + "install-probe"
     logs = k8s.LogFollower().start()
     k8s.set_condition("E2EInstallProbe", "True")
+    k8s.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": k8s.NAMESPACE, "labels": POD_SECURITY}})
     started = time.monotonic()
-    rel = helm_cfg.install(
-        chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, create_namespace=True, timeout=HELM_TIMEOUT
-    )
+    rel = helm_cfg.install(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
     installed = time.monotonic()
     probe = k8s.matcher_policy("e2e-install-probe", key, "E2EInstallProbe")
     k8s.wait_until(

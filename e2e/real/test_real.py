@@ -9,17 +9,21 @@ deletes them at the end.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
 
+import helm_python as helm
 import pytest
+import yaml
 
 import k8s
 from conftest import HELM_TIMEOUT, MEASUREMENTS
 from k8s import BOOTSTRAPPED, MANAGED, TEST_TAINT_PREFIX, kubectl, wait_until
 
 WEBHOOK_VALUES = {"webhook": {"enabled": True, "failurePolicy": "Fail"}}
+CRD_NAME = "taintpolicies.nodetaint.io"
 
 
 def namespace(name: str) -> dict:
@@ -359,6 +363,106 @@ class TestPolicyWebhook:
             k8s.delete_policies(name)
         assert not k8s.get("taintpolicy", name)
         assert not k8s.has_taint(ADMIT_NOEXEC_KEY)
+
+
+# --------------------------------------------------------------------------- 1e, 1f: where the pods may run
+
+
+def test_1e_operator_pods_pass_pod_security_restricted(release):
+    """The namespace enforces Pod Security "restricted" (conftest labels it before
+    `helm install`), so the replicas exist at all only because their pods pass it.
+    The same level refuses a privileged pod there: the label is enforced, not
+    decoration."""
+    ns = k8s.get("namespace", k8s.NAMESPACE)
+    assert ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") == "restricted", ns["metadata"]
+    pods = k8s.live_operator_pods()
+    assert len(pods) == 2 and all(k8s.pod_ready(p) for p in pods), [p["metadata"]["name"] for p in pods]
+
+    template = k8s.get("deployment", k8s.FULLNAME, k8s.NAMESPACE)["spec"]["template"]
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "e2e-psa-probe", "namespace": k8s.NAMESPACE, "labels": {"e2e": "psa"}},
+        "spec": template["spec"],
+    }
+    done = kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False)
+    assert done.returncode == 0, f"the chart's pod was refused:\n{done.stderr}"
+    assert "PodSecurity" not in done.stderr, done.stderr  # warn=restricted would say so
+
+    privileged = json.loads(json.dumps(probe))
+    privileged["metadata"]["name"] = "e2e-psa-privileged"
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    done = kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(privileged), check=False)
+    assert done.returncode != 0 and 'violates PodSecurity "restricted' in done.stderr, done.stderr
+
+
+UNHEALTHY_NODE = "e2e-unhealthy-node"
+UNHEALTHY_NS = "e2e-unhealthy"
+
+
+def test_1f_a_replica_on_a_not_ready_node_is_evicted_after_the_chart_tolerations(release):
+    """The chart tolerates every NoExecute taint, but node.kubernetes.io/not-ready
+    and unreachable for 60 s only (unhealthyNodeTolerationSeconds, listed first:
+    the taint eviction controller applies the first toleration matching a taint).
+    A Node object with no kubelet behind it reports Ready=False once; the node
+    lifecycle controller taints it not-ready:NoExecute (unreachable once its
+    heartbeat is older than the grace period). Two pods are bound to it: one with
+    the Deployment's own tolerations, one with the 0.1.0 chart's `operator: Exists`.
+    The taint eviction controller deletes the first about 60 s after it is seen on
+    the tainted node, and leaves the second."""
+    stamp = k8s.now_rfc3339()
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": UNHEALTHY_NODE, "labels": {"e2e.nodetaint.io/fake": "yes"}}}
+    tolerations = k8s.get("deployment", k8s.FULLNAME, k8s.NAMESPACE)["spec"]["template"]["spec"]["tolerations"]
+
+    def bound_pod(name: str, tolerations: list) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": UNHEALTHY_NS},
+            "spec": {
+                "nodeName": UNHEALTHY_NODE,
+                "tolerations": tolerations,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [busybox_container("c", LOOP)],
+            },
+        }
+
+    def no_execute_taint() -> dict | None:
+        obj = k8s.get("node", UNHEALTHY_NODE) or {}
+        return next(
+            (t for t in k8s.taints(obj) if t["effect"] == "NoExecute" and t["key"].startswith("node.kubernetes.io/")),
+            None,
+        )
+
+    try:
+        kubectl("create", "-f", "-", stdin=json.dumps(node))
+        kubectl(
+            "patch", "node", UNHEALTHY_NODE, "--subresource=status", "--type=strategic", "-p",
+            json.dumps({"status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "E2E", "message": "no kubelet here",
+                "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
+            }]}}),
+        )
+        taint = wait_until("the node lifecycle controller's NoExecute taint", no_execute_taint, 60, 0.5)
+        k8s.apply(namespace(UNHEALTHY_NS))
+        # pods are admitted once kube-controller-manager has made the namespace's default ServiceAccount
+        wait_until("the default ServiceAccount", lambda: k8s.get("serviceaccount", "default", UNHEALTHY_NS), 30)
+        k8s.apply(bound_pod("chart", tolerations), bound_pod("forever", [{"operator": "Exists"}]))
+        bound = time.monotonic()
+
+        def deleted(name: str) -> bool:
+            return bool((k8s.get("pod", name, UNHEALTHY_NS) or {"metadata": {"deletionTimestamp": "gone"}})["metadata"].get("deletionTimestamp"))
+
+        wait_until("the pod with the chart's tolerations evicted", lambda: deleted("chart"), 100, 0.5)
+        after = time.monotonic() - bound
+        MEASUREMENTS["not-ready node: pod with the chart's tolerations evicted after"] = f"{after:.1f} s ({taint['key']})"
+        assert 50 <= after <= 90, f"evicted {after:.1f} s after it was bound to the tainted node; tolerationSeconds is 60"
+        time.sleep(10)
+        assert not deleted("forever"), "the pod tolerating every taint forever was evicted too"
+    finally:
+        kubectl("delete", "pod", "--all", "-n", UNHEALTHY_NS, "--force", "--grace-period=0", "--ignore-not-found", check=False)
+        kubectl("delete", "node", UNHEALTHY_NODE, "--ignore-not-found", "--wait=false", check=False)
+        delete_namespace(UNHEALTHY_NS)
 
 
 # --------------------------------------------------------------------------- 2
@@ -1138,6 +1242,48 @@ def test_6_upgrade_rolls_pods_with_one_leader_and_no_taint_lost(release, chart, 
         k8s.delete_policies(*names)
 
 
+def test_6b_network_policy_is_accepted_and_the_webhooks_still_answer(release, chart, helm_cfg):
+    """`networkPolicy.enabled=true` on the running release: the API server stores the
+    NetworkPolicy as rendered, and both webhooks are still reached through the
+    Service: a policy whose regex does not compile is refused by the TaintPolicy
+    webhook (failurePolicy Ignore, so a webhook not reached would let it through),
+    and a Node is created through the Node webhook (failurePolicy Fail, so a webhook
+    not reached would refuse it).
+
+    This cluster's bridge CNI does not enforce NetworkPolicy: the test shows that the
+    policy is valid and leaves the webhook port open, not that it blocks anything."""
+    values = {**WEBHOOK_VALUES, "logLevel": "debug", "networkPolicy": {"enabled": True}}
+    rel = helm_cfg.upgrade(chart, k8s.RELEASE, values, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+    assert rel["status"] == "deployed"
+    rendered = next(
+        d for d in yaml.safe_load_all(rel["manifest"]) if d and d["kind"] == "NetworkPolicy"
+    )
+    live = k8s.get("networkpolicy", k8s.FULLNAME, k8s.NAMESPACE)
+    assert live, "no NetworkPolicy after the upgrade"
+    for field in ("podSelector", "policyTypes", "ingress", "egress"):
+        assert live["spec"][field] == rendered["spec"][field], (field, live["spec"][field])
+    container = k8s.get("deployment", k8s.FULLNAME, k8s.NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
+    webhook_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "webhook")
+    # open to anyone: no `from`
+    assert {"ports": [{"port": webhook_port, "protocol": "TCP"}]} in live["spec"]["ingress"], live["spec"]["ingress"]
+    k8s.wait_rollout()  # nothing to roll: the pod template did not change
+
+    name = "e2e-netpol-kaput"
+    bad = k8s.matcher_policy(name, TEST_TAINT_PREFIX + "netpol", "E2ENetpol")
+    bad["spec"]["matchers"][0]["conditions"][0]["status"] = "Kaput("
+    node = f"e2e-netpol-{int(time.time())}"
+    try:
+        done = kubectl("apply", "-f", "-", stdin=json.dumps(bad), check=False)
+        assert done.returncode != 0 and f'admission webhook "{POLICY_WEBHOOK_NAME}" denied the request' in done.stderr, (
+            done.stdout + done.stderr
+        )
+        assert not k8s.get("taintpolicy", name)
+        kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    finally:
+        k8s.delete_policies(name)
+        kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
+
+
 # --------------------------------------------------------------------------- 7
 
 CLEANUP_KEY = TEST_TAINT_PREFIX + "cleanup"
@@ -1166,6 +1312,10 @@ def test_7_delete_policies_then_uninstall_leaves_nodes_clean(release, helm_cfg):
     kubectl("delete", "tp", "--all", "--timeout=60s", timeout=90)
     helm_cfg.uninstall(k8s.RELEASE, timeout=HELM_TIMEOUT)
     wait_until("operator pods gone", lambda: not k8s.operator_pods(), 60, 0.5)
+    # the CRD was the release's, and crds.keep (helm.sh/resource-policy: keep) leaves it
+    crd = k8s.get("crd", CRD_NAME)
+    assert crd and not crd["metadata"].get("deletionTimestamp"), "helm uninstall deleted the CRD"
+    assert crd["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep"
 
     for n in k8s.items("nodes"):
         left = [t for t in k8s.taints(n) if t["key"].startswith(TEST_TAINT_PREFIX)]
@@ -1174,3 +1324,170 @@ def test_7_delete_policies_then_uninstall_leaves_nodes_clean(release, helm_cfg):
         assert not notes, f"{n['metadata']['name']}: operator annotations left: {notes}"
     for c in ("E2ECleanup", "E2EBootReady"):
         k8s.set_condition(c, "False")
+
+
+# --------------------------------------------------------------------------- 8: upgrade from chart 0.1.0
+
+# Chart 0.1.0 as it stood before #22 tightened the CRD's selector schema: its CRD
+# sits in crds/ (Helm creates it once, unowned, and never upgrades it) and differs
+# from this chart's, so the upgrade has a CRD change to make. Its templates are
+# those of 0.1.0's last commit, and it runs the same image (appVersion 0.1.0).
+PREVIOUS_CHART_REF = os.environ.get("E2E_PREVIOUS_CHART_REF", "84b9d039bb402e820ab39f6fe4fbe6d043862bad")
+PREV_KEY = TEST_TAINT_PREFIX + "previous"
+PREV_POLICIES = ("e2e-prev-matcher", "e2e-prev-ready")
+# A node-selector label value the new CRD's schema refuses ("!" is no label character).
+BAD_SELECTOR = {"matchLabels": {"e2e.nodetaint.io/zone": "eu-west!"}}
+
+
+def deployed_chart() -> str:
+    """The chart (name-version) the release's Deployment was rendered from."""
+    return k8s.get("deployment", k8s.FULLNAME, k8s.NAMESPACE)["metadata"]["labels"]["helm.sh/chart"]
+
+
+def crd_versions(crd: dict) -> list:
+    return crd["spec"]["versions"]
+
+
+def new_crd_file() -> dict:
+    return yaml.safe_load((k8s.CHART / "files" / "taintpolicies.nodetaint.io.yaml").read_text())
+
+
+def bad_selector_dry_run() -> subprocess.CompletedProcess:
+    pol = k8s.matcher_policy("e2e-prev-bad-selector", PREV_KEY + "-bad", "E2EPrevBad")
+    pol["spec"]["nodeSelector"] = BAD_SELECTOR
+    return kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(pol), check=False)
+
+
+@pytest.fixture(scope="class")
+def previous_chart(tmp_path_factory):
+    archive = subprocess.run(
+        ["git", "-C", str(k8s.REPO), "archive", PREVIOUS_CHART_REF, "charts/taint-operator"], capture_output=True
+    )
+    if archive.returncode != 0:
+        pytest.skip(f"chart 0.1.0 ({PREVIOUS_CHART_REF}) is not in this clone: {archive.stderr.decode().strip()}")
+    out = tmp_path_factory.mktemp("previous-chart")
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    path = out / "charts" / "taint-operator"
+    assert yaml.safe_load((path / "Chart.yaml").read_text())["version"] == "0.1.0"
+    assert (path / "crds" / "taintpolicies.nodetaint.io.yaml").is_file()
+    with helm.Chart.load(path) as loaded:
+        yield {"chart": loaded, "crd": yaml.safe_load((path / "crds" / "taintpolicies.nodetaint.io.yaml").read_text())}
+
+
+@pytest.fixture(scope="class")
+def previous_release(release, helm_cfg, previous_chart):
+    """After test 7's uninstall: the CRD it kept is deleted (no policy is left), so the
+    cluster is one that only ever ran chart 0.1.0; that chart is installed as the same
+    release in the same (Pod Security restricted) namespace, and two policies are
+    applied: a matcher whose condition holds (its taint is on the node) and a
+    readiness policy that is satisfied."""
+    assert not k8s.items("taintpolicies"), "policies left before the previous chart goes in"
+    kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=60s", timeout=90)
+    rel = helm_cfg.install(previous_chart["chart"], k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+    assert rel["status"] == "deployed"
+    assert deployed_chart() == "taint-operator-0.1.0"
+    k8s.wait_rollout(180)
+    kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    k8s.set_condition("E2EPrev", "True")
+    k8s.set_condition("E2EPrevReady", "True")
+    k8s.apply(
+        k8s.matcher_policy(PREV_POLICIES[0], PREV_KEY, "E2EPrev"),
+        k8s.policy(PREV_POLICIES[1], PREV_KEY + "-ready", readiness={"conditions": [{"type": "E2EPrevReady", "status": "True"}]}),
+    )
+    wait_until(f"{PREV_KEY} on the node", lambda: k8s.has_taint(PREV_KEY), 30, 0.2)
+    uids = {n: k8s.get("taintpolicy", n)["metadata"]["uid"] for n in PREV_POLICIES}
+    yield {"release": rel, "uids": uids}
+    k8s.set_condition("E2EPrev", "False")
+    k8s.set_condition("E2EPrevReady", "False")
+    k8s.delete_policies(*PREV_POLICIES)
+    helm_cfg.uninstall(k8s.RELEASE, ignore_not_found=True, timeout=HELM_TIMEOUT)
+
+
+class TestUpgradeFromChart010:
+    """`helm upgrade` from chart 0.1.0 (CRD in crds/) to this chart (CRD a template):
+    refused until the CRD is handed to the release, then the CRD is updated in place
+    and every policy stays, enforced throughout."""
+
+    def test_8_the_previous_chart_runs_with_its_own_crd(self, release, previous_chart, previous_release):
+        crd = k8s.get("crd", CRD_NAME)
+        assert crd_versions(crd)[0]["schema"] == crd_versions(previous_chart["crd"])[0]["schema"]
+        assert crd_versions(crd)[0]["schema"] != crd_versions(new_crd_file())[0]["schema"], (
+            "the previous chart's CRD equals this one's: pick an older E2E_PREVIOUS_CHART_REF"
+        )
+        # crds/ leaves it unowned
+        assert "meta.helm.sh/release-name" not in (crd["metadata"].get("annotations") or {})
+        # the old schema lets the bad selector value through to the webhook, or stores it
+        done = bad_selector_dry_run()
+        assert done.returncode == 0 or "admission webhook" in done.stderr, done.stderr
+        assert all(k8s.pod_ready(p) for p in k8s.live_operator_pods())
+
+    def test_8b_the_upgrade_stops_until_the_crd_is_handed_over(self, release, chart, helm_cfg, previous_release):
+        with pytest.raises(helm.HelmError) as refused:
+            helm_cfg.upgrade(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+        said = str(refused.value)
+        assert CRD_NAME in said and "exists and cannot be imported into the current release" in said, said
+        # nothing changed: still 0.1.0, deployed
+        assert helm_cfg.status(k8s.RELEASE)["status"] == "deployed"
+        assert deployed_chart() == "taint-operator-0.1.0"
+        MEASUREMENTS["upgrade from 0.1.0 without adoption"] = said.strip().splitlines()[-1][:200]
+
+    def test_8c_the_upgrade_updates_the_crd_and_keeps_every_policy(self, release, chart, helm_cfg, previous_release):
+        crd_before = k8s.get("crd", CRD_NAME)
+        old_pods = {p["metadata"]["uid"] for p in k8s.operator_pods()}
+        # README, "Upgrade and uninstall": the two commands that hand the CRD to the release
+        kubectl("label", "crd", CRD_NAME, "app.kubernetes.io/managed-by=Helm")
+        kubectl(
+            "annotate", "crd", CRD_NAME,
+            f"meta.helm.sh/release-name={k8s.RELEASE}", f"meta.helm.sh/release-namespace={k8s.NAMESPACE}",
+        )
+        missing: list[float] = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                try:
+                    if not k8s.has_taint(PREV_KEY):
+                        missing.append(time.monotonic())
+                except AssertionError:
+                    pass
+                time.sleep(0.2)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            rel = helm_cfg.upgrade(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+            assert rel["status"] == "deployed"
+            assert deployed_chart() == f"taint-operator-{chart.metadata['version']}"
+            pods = k8s.wait_rollout(180)
+            assert not ({p["metadata"]["uid"] for p in pods} & old_pods), "the pods were not replaced"
+        finally:
+            stop.set()
+            sampler.join(5)
+
+        crd = k8s.get("crd", CRD_NAME)
+        # updated in place (same object, so no policy was deleted with it), to this chart's
+        assert crd["metadata"]["uid"] == crd_before["metadata"]["uid"]
+        assert crd_versions(crd) == crd_versions(new_crd_file())
+        assert crd["metadata"]["labels"]["helm.sh/chart"] == f"taint-operator-{chart.metadata['version']}"
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        # and the API server now checks what the new schema says, before any webhook
+        done = bad_selector_dry_run()
+        assert done.returncode != 0 and "spec.nodeSelector.matchLabels" in done.stderr, done.stderr
+        assert "admission webhook" not in done.stderr, done.stderr
+
+        # every policy stayed, the same objects, enforced throughout and reconciled by the new pods
+        for name, uid in previous_release["uids"].items():
+            pol = k8s.get("taintpolicy", name)
+            assert pol and pol["metadata"]["uid"] == uid, f"{name} is gone or was recreated"
+        assert not missing, f"{PREV_KEY} missing in {len(missing)} samples during the upgrade"
+        k8s.set_condition("E2EPrev", "False")
+        wait_until(f"{PREV_KEY} lifted by the new pods", lambda: not k8s.has_taint(PREV_KEY), 20, 0.2)
+        # the new pods pass Pod Security "restricted" too (the namespace enforces it)
+        assert all(k8s.pod_ready(p) for p in pods)
+
+    def test_8d_uninstall_keeps_the_crd(self, release, helm_cfg, previous_release):
+        k8s.delete_policies(*PREV_POLICIES)
+        helm_cfg.uninstall(k8s.RELEASE, timeout=HELM_TIMEOUT)
+        wait_until("operator pods gone", lambda: not k8s.operator_pods(), 60, 0.5)
+        crd = k8s.get("crd", CRD_NAME)
+        assert crd and not crd["metadata"].get("deletionTimestamp"), "helm uninstall deleted the CRD"

@@ -5,7 +5,7 @@
 fn chart_crd_is_generated_from_the_types() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../charts/taint-operator/crds/taintpolicies.nodetaint.io.yaml"
+        "/../charts/taint-operator/files/taintpolicies.nodetaint.io.yaml"
     );
     let committed = std::fs::read_to_string(path).expect("the chart's CRD copy exists");
     assert!(

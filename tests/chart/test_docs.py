@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 API_REFERENCE = DOCS / "api-reference.md"
 TROUBLESHOOTING = DOCS / "troubleshooting.md"
-CRD_FILE = REPO / "charts" / "taint-operator" / "crds" / "taintpolicies.nodetaint.io.yaml"
+CRD_FILE = REPO / "charts" / "taint-operator" / "files" / "taintpolicies.nodetaint.io.yaml"
 CLUSTER = REPO / "examples" / "cluster.yaml"
 CRD_TYPES = REPO / "crd" / "src" / "types.rs"
 REASONS_SOURCE = REPO / "engine" / "src" / "cluster_plan.rs"
@@ -344,3 +344,59 @@ def test_doc_policy_is_valid(block_id, body, tmp_path):
             )
         else:
             assert reason != "InvalidSpec", f"{block_id}: {name}: {message}"
+
+
+# --------------------------------------------------------------------------- chart values in the README
+
+VALUES_FILE = REPO / "charts" / "taint-operator" / "values.yaml"
+
+
+def readme_values_table() -> list[tuple[str, str]]:
+    """(value, default cell) of each row of the README's table of chart values."""
+    text = (REPO / "README.md").read_text()
+    head = "| value | default | what it does |"
+    assert head in text, "the README has no table of chart values"
+    rows = []
+    for line in text.split(head, 1)[1].splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        rows.append((cells[0].strip("`"), cells[1]))
+    return rows
+
+
+def test_readme_table_of_values_matches_values_yaml():
+    values = yaml.safe_load(VALUES_FILE.read_text())
+    rows = readme_values_table()
+    assert len(rows) >= 9, rows
+    for path, default in rows:
+        node: Any = values
+        for key in path.split("."):
+            assert isinstance(node, dict) and key in node, f"README names {path}, which values.yaml lacks"
+            node = node[key]
+        # a default given as one code span is the value itself
+        span = re.fullmatch(r"`([^`]*)`", default)
+        if span:
+            assert yaml.safe_load(span.group(1)) == node, f"{path}: README says {default}, values.yaml {node!r}"
+
+
+def test_values_in_the_readme_are_explained_in_values_yaml():
+    """Each value the README's table lists carries a `# --` comment in values.yaml
+    (on it, or on its section for a nested one)."""
+    lines = VALUES_FILE.read_text().splitlines()
+    for path, _ in readme_values_table():
+        keys = path.split(".")
+        depth, found = 0, False
+        for i, line in enumerate(lines):
+            if line.strip().startswith("#") or not line.strip():
+                continue
+            indent = len(line) - len(line.lstrip())
+            if indent == 2 * depth and line.strip().startswith(f"{keys[depth]}:"):
+                if depth == len(keys) - 1:
+                    j = i - 1
+                    while j >= 0 and lines[j].strip().startswith("#") and not lines[j].strip().startswith("# --"):
+                        j -= 1
+                    found = j >= 0 and lines[j].strip().startswith("# --")
+                    break
+                depth += 1
+        assert found, f"values.yaml: {path} has no `# --` comment"

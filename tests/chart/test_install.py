@@ -15,7 +15,9 @@ values, then upgrade the same release with ``webhook.enabled=true`` (twice, to
 see the chart's ``lookup`` keep the generated CA), then uninstall. Each run uses
 a fresh release name and namespace. The namespace is left behind (without
 kube-controller-manager a deleted namespace stays Terminating forever), and so
-is the CRD: Helm installs ``crds/`` but never upgrades or deletes it.
+is the CRD: it is part of the release but annotated ``helm.sh/resource-policy:
+keep`` (``crds.keep``). A CRD an earlier run left is handed to this run's release
+first, the way the README says to adopt it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ if not KUBECONFIG:
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "taint-operator"
 RULES_FILE = CHART / "files" / "clusterrole-rules.yaml"
+CRD_FILE = CHART / "files" / "taintpolicies.nodetaint.io.yaml"
 CRD_NAME = "taintpolicies.nodetaint.io"
 
 SUFFIX = secrets.token_hex(3)
@@ -57,6 +60,7 @@ WEBHOOK_VALUES = {"webhook": {"enabled": True}}
 HELM_TIMEOUT = 120
 
 CLUSTER_SCOPED = {
+    "ValidatingWebhookConfiguration",
     "ClusterRole",
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
@@ -115,6 +119,10 @@ def container(deployment: dict[str, Any]) -> dict[str, Any]:
     return containers[0]
 
 
+def chart_version() -> str:
+    return yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+
+
 def pem(b64: str) -> str:
     text = base64.b64decode(b64).decode()
     assert text.startswith("-----BEGIN CERTIFICATE-----"), text[:40]
@@ -139,9 +147,22 @@ def cfg():
         yield config
 
 
+def adopt_crd() -> None:
+    """Hands a CRD left by another release to this one (README, Upgrade and uninstall)."""
+    crd = get("crd", CRD_NAME)
+    if crd is None:
+        return
+    kubectl("label", "--overwrite", "crd", CRD_NAME, "app.kubernetes.io/managed-by=Helm")
+    kubectl(
+        "annotate", "--overwrite", "crd", CRD_NAME,
+        f"meta.helm.sh/release-name={RELEASE}", f"meta.helm.sh/release-namespace={NAMESPACE}",
+    )
+
+
 @pytest.fixture(scope="module")
 def installed(chart, cfg):
     """Release installed with the chart's default values (``helm install --create-namespace``)."""
+    adopt_crd()
     # No wait strategy: Helm returns once the objects are created (pods never run here).
     release = cfg.install(
         chart, RELEASE, None, namespace=NAMESPACE, create_namespace=True, timeout=HELM_TIMEOUT
@@ -181,6 +202,7 @@ def test_release_is_deployed(installed, cfg):
 def test_every_manifest_object_exists(installed):
     objects = manifest_objects(installed)
     assert {o["kind"] for o in objects} == {
+        "CustomResourceDefinition",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -189,6 +211,9 @@ def test_every_manifest_object_exists(installed):
         "Service",
         "Deployment",
         "PodDisruptionBudget",
+        # the TaintPolicy webhook, on by default
+        "Secret",
+        "ValidatingWebhookConfiguration",
     }
     for obj in objects:
         kind, name, namespace = object_ref(obj)
@@ -207,6 +232,11 @@ def test_crd_is_established(installed):
     assert crd["spec"]["scope"] == "Cluster"
     assert "tp" in crd["spec"]["names"]["shortNames"]
     assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == ["v1alpha1"]
+    # the release's, and kept when it goes
+    assert crd["metadata"]["labels"]["helm.sh/chart"] == f"taint-operator-{chart_version()}"
+    assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert crd["spec"]["versions"] == yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"]
     # The API is served: listing works (the short name resolves through discovery).
     kubectl("get", "tp")
 
@@ -220,7 +250,8 @@ def test_deployment(installed):
     assert args[0] == "run"
     for arg in ("--leader-elect", "--lease-namespace=$(POD_NAMESPACE)", f"--lease-name={FULLNAME}"):
         assert arg in args, args
-    assert not any(a.startswith("--webhook") for a in args), args
+    # the TaintPolicy webhook is on by default; the Node webhook is not
+    assert "--registered-webhooks=taintpolicy" in args, args
 
 
 def test_service_account(installed):
@@ -250,7 +281,7 @@ def test_leases_role_and_binding(installed):
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "create", "update", "patch"],
+            "verbs": ["get", "create", "update"],
         }
     ]
     rb = must_get("rolebinding", name, NAMESPACE)
@@ -261,8 +292,9 @@ def test_leases_role_and_binding(installed):
 def test_service(installed):
     svc = must_get("service", FULLNAME, NAMESPACE)
     ports = {p["name"]: p for p in svc["spec"]["ports"]}
-    assert set(ports) == {"metrics"}
+    assert set(ports) == {"metrics", "webhook"}
     assert ports["metrics"]["port"] == 8080
+    assert ports["webhook"]["port"] == 443
     dep = must_get("deployment", FULLNAME, NAMESPACE)
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
 
@@ -274,9 +306,11 @@ def test_pod_disruption_budget(installed):
     assert pdb["spec"]["selector"] == dep["spec"]["selector"]
 
 
-def test_no_webhook_by_default(installed):
+def test_only_the_policy_webhook_by_default(installed):
     assert get("mutatingwebhookconfiguration", FULLNAME) is None
-    assert get("secret", f"{FULLNAME}-webhook-tls", NAMESPACE) is None
+    vwc = must_get("validatingwebhookconfiguration", f"{FULLNAME}-policies")
+    secret = must_get("secret", f"{FULLNAME}-webhook-tls", NAMESPACE)
+    assert vwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
 
 
 @pytest.mark.parametrize(
@@ -287,9 +321,16 @@ def test_no_webhook_by_default(installed):
         ("list", "pods", ("--all-namespaces",), "yes"),
         ("watch", "taintpolicies.nodetaint.io", (), "yes"),
         ("patch", "taintpolicies.nodetaint.io", ("--subresource=status",), "yes"),
-        ("update", "taintpolicies.nodetaint.io", ("--subresource=finalizers",), "yes"),
+        ("patch", "taintpolicies.nodetaint.io", (), "yes"),
         ("create", "events.events.k8s.io", ("-n", "default"), "yes"),
         ("update", "leases.coordination.k8s.io", ("-n", NAMESPACE), "yes"),
+        # granted once, never called (#24): gone
+        ("get", "pods", ("-n", NAMESPACE), "no"),
+        ("update", "taintpolicies.nodetaint.io", (), "no"),
+        ("update", "taintpolicies.nodetaint.io", ("--subresource=status",), "no"),
+        ("get", "taintpolicies.nodetaint.io", ("--subresource=status",), "no"),
+        ("update", "taintpolicies.nodetaint.io", ("--subresource=finalizers",), "no"),
+        ("patch", "leases.coordination.k8s.io", ("-n", NAMESPACE), "no"),
         ("delete", "nodes", (), "no"),
         ("patch", "nodes", ("--subresource=status",), "no"),
         ("list", "secrets", ("-n", NAMESPACE), "no"),
@@ -421,7 +462,8 @@ def test_unreachable_webhook_does_not_block_node_registration(webhook_release):
 
 
 def test_uninstall_removes_release_objects(uninstalled):
-    refs = [object_ref(o) for o in uninstalled]
+    # the CRD stays: see test_uninstall_keeps_the_crd
+    refs = [object_ref(o) for o in uninstalled if o["kind"] != "CustomResourceDefinition"]
     kinds = {kind for kind, _, _ in refs}
     assert {"MutatingWebhookConfiguration", "Secret", "Deployment", "ClusterRole"} <= kinds, kinds
     deadline = time.monotonic() + 60
@@ -443,8 +485,10 @@ def test_uninstall_removes_release_records(uninstalled, cfg):
 
 
 def test_uninstall_keeps_the_crd(uninstalled):
-    """Helm never deletes what it installed from crds/: deleting the CRD would delete
-    every TaintPolicy. Remove it by hand (kubectl delete crd) when really done."""
+    """The CRD was the release's, but ``helm.sh/resource-policy: keep`` (crds.keep)
+    leaves it: deleting it would delete every TaintPolicy. Remove it by hand
+    (kubectl delete crd) when really done."""
+    assert "CustomResourceDefinition" in {o["kind"] for o in uninstalled}
     crd = must_get("crd", CRD_NAME)
     assert crd.get("metadata", {}).get("deletionTimestamp") is None
 

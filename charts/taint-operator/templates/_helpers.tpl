@@ -27,7 +27,7 @@ of every namespaced object.
 {{- define "taint-operator.labels" -}}
 helm.sh/chart: {{ include "taint-operator.chart" . }}
 {{ include "taint-operator.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "taint-operator.versionLabel" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
@@ -44,8 +44,36 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The version label: the image tag (or appVersion), without a digest the tag may
+carry (0.1.0@sha256:…), and with what a label value may not hold (such as the
+"+" of a build suffix) made "_", at most 63 characters, alphanumeric at both ends.
+*/}}
+{{- define "taint-operator.versionLabel" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- regexReplaceAll "[^-A-Za-z0-9_.]" (first (splitList "@" $tag)) "_" | trunc 63 | trimAll "-_." }}
+{{- end }}
+
+{{/*
+The image reference: repository:tag, or with image.digest repository@digest
+(repository:tag@digest when a tag is given too), so the node pulls exactly the
+pinned image.
+*/}}
 {{- define "taint-operator.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- $repo := .Values.image.repository }}
+{{- $digest := .Values.image.digest | default "" }}
+{{- if $digest }}
+{{- if contains "@" (.Values.image.tag | default "" | toString) }}
+{{- fail "image.tag already carries a digest (tag@sha256:…): set image.digest or the digest in the tag, not both" }}
+{{- end }}
+{{- if .Values.image.tag }}
+{{- printf "%s:%s@%s" $repo (.Values.image.tag | toString) $digest }}
+{{- else }}
+{{- printf "%s@%s" $repo $digest }}
+{{- end }}
+{{- else }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- end }}
 {{- end }}
 
 {{/* Secret holding the webhook serving certificate (tls.crt, tls.key, ca.crt). */}}
