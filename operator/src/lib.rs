@@ -6,7 +6,7 @@
 //!
 //! | layer | modules | job |
 //! |---|---|---|
-//! | commands | `run`, `plan`, `explain`, `live` (and `crd` in `main`) | the CLI's subcommands; `live` reads the cluster once for `explain` and `plan --live` |
+//! | commands | `run`, `plan`, `explain`, `live`, `crd_adopt` (and `crd` in `main`) | the CLI's subcommands; `live` reads the cluster once for `explain` and `plan --live`; `crd_adopt` hands the CRD to a Helm release |
 //! | serving, leadership | `serve`, `leader` | HTTP endpoints and the webhook server; the Lease |
 //! | admission | `admission` | what the webhooks answer: Node CREATE taints, TaintPolicy refusals and warnings |
 //! | controller | `controller` | queues, reconcilers, the node writer, events, status, the cap ledger |
@@ -18,6 +18,7 @@
 pub mod admission;
 pub mod cache;
 pub mod controller;
+pub mod crd_adopt;
 pub mod drain;
 pub mod explain;
 pub mod jitter;

@@ -3,7 +3,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Args, Parser, Subcommand};
 use engine::duration::parse_go_duration;
 use taint_operator::{
-    explain,
+    crd_adopt, explain,
     plan::{self, LiveArgs, Output, PlanArgs, PlanError},
     run::{MetricsCert, RunConfig, run},
     serve::webhook::WebhookConfig,
@@ -57,6 +57,21 @@ enum Command {
     },
     /// Print the TaintPolicy CustomResourceDefinition.
     Crd,
+    /// Hand the cluster's TaintPolicy CRD to a Helm release: write this version's
+    /// schema and Helm's ownership label and annotations (the chart's pre-upgrade
+    /// hook, for a CRD that chart 0.1.0 installed from crds/). Never takes a CRD
+    /// that another release owns.
+    AdoptCrd {
+        /// The Helm release's name.
+        #[arg(long)]
+        release: String,
+        /// The Helm release's namespace.
+        #[arg(long)]
+        release_namespace: String,
+        /// Keep the CRD on `helm uninstall` (annotation helm.sh/resource-policy: keep).
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Args)]
@@ -292,6 +307,18 @@ fn main() -> ExitCode {
         Command::Crd => {
             print!("{}", taint_operator_crd::crd_yaml());
             ExitCode::SUCCESS
+        }
+        Command::AdoptCrd {
+            release,
+            release_namespace,
+            keep,
+        } => {
+            let release = crd_adopt::Release {
+                name: release,
+                namespace: release_namespace,
+                keep,
+            };
+            print_or_fail(block_on(crd_adopt::run(&release)), |_| 1)
         }
     }
 }

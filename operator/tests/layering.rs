@@ -16,7 +16,7 @@ use std::{
 fn layer(module: &str) -> (u8, &'static str) {
     let room = module.split("::").next().unwrap_or_default();
     match room {
-        "run" | "plan" | "explain" | "live" => (6, "commands"),
+        "run" | "plan" | "explain" | "live" | "crd_adopt" => (6, "commands"),
         "serve" => (5, "serve"),
         "leader" => (5, "leader"),
         "admission" => (4, "admission"),

@@ -497,3 +497,116 @@ def test_uninstall_revokes_permissions(uninstalled):
     assert can_i("patch", "nodes") == "no"
     assert can_i("update", "leases.coordination.k8s.io", "-n", NAMESPACE) == "no"
 
+
+
+# --------------------------------------------------------------------------- the CRD's owner
+# After the uninstall above the CRD stays, annotated as RELEASE's (crds.keep).
+
+OTHER_RELEASE = f"{RELEASE}-b"
+
+
+def operator_bin() -> list[str] | None:
+    explicit = os.environ.get("TAINT_OPERATOR_BIN")
+    if explicit:
+        return [explicit]
+    built = REPO / "target" / "debug" / "taint-operator"
+    if built.is_file() and os.access(built, os.X_OK):
+        return [str(built)]
+    return None
+
+
+def test_another_release_s_crd_stops_the_install_with_the_commands(uninstalled, chart, cfg):
+    """A second release may not take the CRD from the first: the install fails at
+    render time, names the owner and what to run, and creates nothing."""
+    with pytest.raises(helm.HelmError) as refused:
+        cfg.install(chart, OTHER_RELEASE, None, namespace=NAMESPACE, timeout=HELM_TIMEOUT)
+    said = str(refused.value)
+    assert f'belongs to Helm release "{RELEASE}" in namespace "{NAMESPACE}"' in said, said
+    assert "--set crds.install=false" in said, said
+    assert (
+        f"kubectl annotate crd {CRD_NAME} --overwrite meta.helm.sh/release-name={OTHER_RELEASE} "
+        f"meta.helm.sh/release-namespace={NAMESPACE}"
+    ) in said, said
+    assert get("deployment", f"{OTHER_RELEASE}-taint-operator", NAMESPACE) is None
+    assert cfg.list(all_states=True) == []
+    annotations = must_get("crd", CRD_NAME)["metadata"]["annotations"]
+    assert annotations["meta.helm.sh/release-name"] == RELEASE
+
+
+def test_adopt_crd_hands_an_unowned_crd_to_a_release(uninstalled, chart, cfg):
+    """What the chart's pre-upgrade hook runs for a CRD that chart 0.1.0 installed
+    from crds/ (no owner, an older schema): `taint-operator adopt-crd` writes this
+    version's schema and the release's ownership onto the same object, and Helm
+    then takes it into the release."""
+    command = operator_bin()
+    if command is None:
+        pytest.skip("no taint-operator binary (set TAINT_OPERATOR_BIN)")
+    crd = must_get("crd", CRD_NAME)
+    uid = crd["metadata"]["uid"]
+    # as chart 0.1.0 left it: no Helm metadata, and a schema without today's rules
+    old = {
+        "metadata": {
+            "labels": {"app.kubernetes.io/managed-by": None, "helm.sh/chart": None},
+            "annotations": {
+                "meta.helm.sh/release-name": None,
+                "meta.helm.sh/release-namespace": None,
+                "helm.sh/resource-policy": None,
+            },
+        }
+    }
+    kubectl("patch", "crd", CRD_NAME, "--type=merge", "-p", json.dumps(old))
+    kubectl(
+        "patch", "crd", CRD_NAME, "--type=json", "-p",
+        json.dumps([{"op": "remove", "path": "/spec/versions/0/schema/openAPIV3Schema/x-kubernetes-validations"}]),
+        check=False,
+    )
+    done = subprocess.run(
+        [*command, "adopt-crd", f"--release={OTHER_RELEASE}", f"--release-namespace={NAMESPACE}", "--keep"],
+        env={**os.environ, "KUBECONFIG": KUBECONFIG},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f'handed to Helm release "{OTHER_RELEASE}" in namespace "{NAMESPACE}"' in done.stdout, done.stdout
+    crd = must_get("crd", CRD_NAME)
+    assert crd["metadata"]["uid"] == uid, "the CRD was recreated"
+    want = yaml.safe_load(CRD_FILE.read_text())
+    assert crd["spec"]["versions"] == want["spec"]["versions"]
+    assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == OTHER_RELEASE
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+    # the CRD is now the release's: the install renders it and Helm takes it over
+    try:
+        release = cfg.install(chart, OTHER_RELEASE, None, namespace=NAMESPACE, timeout=HELM_TIMEOUT)
+        assert release["status"] == "deployed"
+        assert "CustomResourceDefinition" in {o["kind"] for o in manifest_objects(release)}
+        crd = must_get("crd", CRD_NAME)
+        assert crd["metadata"]["uid"] == uid
+        assert crd["metadata"]["labels"]["helm.sh/chart"] == f"taint-operator-{chart_version()}"
+    finally:
+        cfg.uninstall(OTHER_RELEASE, ignore_not_found=True, timeout=HELM_TIMEOUT)
+
+    # and a second run finds it the release's own: nothing to refuse
+    done = subprocess.run(
+        [*command, "adopt-crd", f"--release={OTHER_RELEASE}", f"--release-namespace={NAMESPACE}"],
+        env={**os.environ, "KUBECONFIG": KUBECONFIG},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0 and "already" in done.stdout, done.stdout + done.stderr
+    assert "helm.sh/resource-policy" not in must_get("crd", CRD_NAME)["metadata"]["annotations"]
+
+
+def test_adopt_crd_refuses_another_release_s_crd(uninstalled):
+    command = operator_bin()
+    if command is None:
+        pytest.skip("no taint-operator binary (set TAINT_OPERATOR_BIN)")
+    before = must_get("crd", CRD_NAME)
+    done = subprocess.run(
+        [*command, "adopt-crd", "--release=someone-else", f"--release-namespace={NAMESPACE}"],
+        env={**os.environ, "KUBECONFIG": KUBECONFIG},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1
+    assert f'belongs to Helm release "{OTHER_RELEASE}"' in done.stderr, done.stderr
+    after = must_get("crd", CRD_NAME)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]

@@ -110,3 +110,35 @@ pinned image.
 {{- $ns := .Release.Namespace -}}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
 {{- end }}
+
+{{/*
+What the chart does with the TaintPolicy CRD on this install or upgrade, from the
+CRD the cluster holds now (nothing during `helm template`):
+  "render": absent, or this release's: rendered as part of the release;
+  "adopt": there but owned by no release (chart 0.1.0 installed it from crds/, or
+    it was applied by hand): Helm would refuse to take it into the release
+    ("invalid ownership metadata") before any hook runs, so it is left out of this
+    revision, and a pre-install/pre-upgrade hook (templates/crd-adopt.yaml) writes
+    this version's schema and the release's ownership onto it; the next upgrade
+    renders it.
+Another release's CRD stops the install with the commands that resolve it.
+*/}}
+{{- define "taint-operator.crdAction" -}}
+{{- $name := "taintpolicies.nodetaint.io" }}
+{{- $live := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $name }}
+{{- if not $live }}
+{{- print "render" }}
+{{- else }}
+{{- $annotations := $live.metadata.annotations | default dict }}
+{{- $labels := $live.metadata.labels | default dict }}
+{{- $owner := get $annotations "meta.helm.sh/release-name" }}
+{{- $ownerNamespace := get $annotations "meta.helm.sh/release-namespace" }}
+{{- if and (eq $owner .Release.Name) (eq $ownerNamespace .Release.Namespace) (eq (get $labels "app.kubernetes.io/managed-by") "Helm") }}
+{{- print "render" }}
+{{- else if or (and (not $owner) (not $ownerNamespace)) (and (eq $owner .Release.Name) (eq $ownerNamespace .Release.Namespace)) }}
+{{- print "adopt" }}
+{{- else }}
+{{- fail (printf "CustomResourceDefinition %s belongs to Helm release %q in namespace %q, not to %q in %q: install this release with --set crds.install=false, or hand the CRD over with `kubectl annotate crd %s --overwrite meta.helm.sh/release-name=%s meta.helm.sh/release-namespace=%s`" $name $owner $ownerNamespace .Release.Name .Release.Namespace $name .Release.Name .Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- end }}
