@@ -8,7 +8,6 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{Arc, atomic::Ordering},
-    time::Duration,
 };
 
 use axum::{Json, Router, extract::State, routing::post};
@@ -128,18 +127,10 @@ pub async fn start(
     let tls = tls::from_files(&cfg.cert_file, &cfg.key_file)
         .await
         .map_err(|e| e.to_string())?;
-    let handle = axum_server::Handle::new();
-    let listener = std::net::TcpListener::bind(cfg.addr)
+    let listener = super::http::bind(cfg.addr)
+        .await
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let server = axum_server::from_tcp_rustls(listener, tls)
-        .map_err(|e| e.to_string())?
-        .handle(handle.clone());
-    tokio::spawn(server.serve(router(ctx).into_make_service()));
-    tokio::spawn(async move {
-        shutdown.await;
-        handle.graceful_shutdown(Some(Duration::from_secs(5)));
-    });
+    tokio::spawn(super::http::serve_tls(listener, tls, router(ctx), shutdown));
     tracing::info!(addr = %cfg.addr, "webhook serving");
     Ok(())
 }
