@@ -1405,8 +1405,8 @@ def previous_release(release, helm_cfg, previous_chart):
 
 class TestUpgradeFromChart010:
     """`helm upgrade` from chart 0.1.0 (CRD in crds/) to this chart (CRD a template):
-    refused until the CRD is handed to the release, then the CRD is updated in place
-    and every policy stays, enforced throughout."""
+    the chart's hook adopts the CRD, which is updated in place, and every policy
+    stays, enforced throughout; the next upgrade takes the CRD into the release."""
 
     def test_8_the_previous_chart_runs_with_its_own_crd(self, release, previous_chart, previous_release):
         crd = k8s.get("crd", CRD_NAME)
@@ -1421,25 +1421,13 @@ class TestUpgradeFromChart010:
         assert done.returncode == 0 or "admission webhook" in done.stderr, done.stderr
         assert all(k8s.pod_ready(p) for p in k8s.live_operator_pods())
 
-    def test_8b_the_upgrade_stops_until_the_crd_is_handed_over(self, release, chart, helm_cfg, previous_release):
-        with pytest.raises(helm.HelmError) as refused:
-            helm_cfg.upgrade(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
-        said = str(refused.value)
-        assert CRD_NAME in said and "exists and cannot be imported into the current release" in said, said
-        # nothing changed: still 0.1.0, deployed
-        assert helm_cfg.status(k8s.RELEASE)["status"] == "deployed"
-        assert deployed_chart() == "taint-operator-0.1.0"
-        MEASUREMENTS["upgrade from 0.1.0 without adoption"] = said.strip().splitlines()[-1][:200]
-
-    def test_8c_the_upgrade_updates_the_crd_and_keeps_every_policy(self, release, chart, helm_cfg, previous_release):
+    def test_8b_the_upgrade_adopts_the_crd_and_keeps_every_policy(self, release, chart, helm_cfg, previous_release):
+        """One plain `helm upgrade`, nothing run by hand: the chart finds the CRD
+        unowned, leaves it out of this revision, and its pre-upgrade hook
+        (`taint-operator adopt-crd`) writes the new schema and the release's
+        ownership onto the same object before the new pods start."""
         crd_before = k8s.get("crd", CRD_NAME)
         old_pods = {p["metadata"]["uid"] for p in k8s.operator_pods()}
-        # README, "Upgrade and uninstall": the two commands that hand the CRD to the release
-        kubectl("label", "crd", CRD_NAME, "app.kubernetes.io/managed-by=Helm")
-        kubectl(
-            "annotate", "crd", CRD_NAME,
-            f"meta.helm.sh/release-name={k8s.RELEASE}", f"meta.helm.sh/release-namespace={k8s.NAMESPACE}",
-        )
         missing: list[float] = []
         stop = threading.Event()
 
@@ -1454,8 +1442,10 @@ class TestUpgradeFromChart010:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        started = time.monotonic()
         try:
             rel = helm_cfg.upgrade(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+            MEASUREMENTS["upgrade from 0.1.0 (CRD adopted by the hook)"] = f"{time.monotonic() - started:.1f} s"
             assert rel["status"] == "deployed"
             assert deployed_chart() == f"taint-operator-{chart.metadata['version']}"
             pods = k8s.wait_rollout(180)
@@ -1468,9 +1458,19 @@ class TestUpgradeFromChart010:
         # updated in place (same object, so no policy was deleted with it), to this chart's
         assert crd["metadata"]["uid"] == crd_before["metadata"]["uid"]
         assert crd_versions(crd) == crd_versions(new_crd_file())
-        assert crd["metadata"]["labels"]["helm.sh/chart"] == f"taint-operator-{chart.metadata['version']}"
-        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-        # and the API server now checks what the new schema says, before any webhook
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        annotations = crd["metadata"]["annotations"]
+        assert annotations["meta.helm.sh/release-name"] == k8s.RELEASE
+        assert annotations["meta.helm.sh/release-namespace"] == k8s.NAMESPACE
+        assert annotations["helm.sh/resource-policy"] == "keep"
+        # left out of this revision (Helm would have refused it) ...
+        kinds = {d["kind"] for d in yaml.safe_load_all(rel["manifest"]) if d}
+        assert "CustomResourceDefinition" not in kinds, kinds
+        # ... and the hook's Job and RBAC are gone once it succeeded
+        hook = f"{k8s.FULLNAME}-adopt-crd"
+        for kind, namespace in (("job", k8s.NAMESPACE), ("serviceaccount", k8s.NAMESPACE), ("clusterrole", None), ("clusterrolebinding", None)):
+            assert k8s.get(kind, hook, namespace) is None, f"{kind} {hook} left behind"
+        # the API server now checks what the new schema says, before any webhook
         done = bad_selector_dry_run()
         assert done.returncode != 0 and "spec.nodeSelector.matchLabels" in done.stderr, done.stderr
         assert "admission webhook" not in done.stderr, done.stderr
@@ -1484,6 +1484,20 @@ class TestUpgradeFromChart010:
         wait_until(f"{PREV_KEY} lifted by the new pods", lambda: not k8s.has_taint(PREV_KEY), 20, 0.2)
         # the new pods pass Pod Security "restricted" too (the namespace enforces it)
         assert all(k8s.pod_ready(p) for p in pods)
+
+    def test_8c_the_next_upgrade_takes_the_crd_into_the_release(self, release, chart, helm_cfg, previous_release):
+        uid = k8s.get("crd", CRD_NAME)["metadata"]["uid"]
+        rel = helm_cfg.upgrade(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+        assert rel["status"] == "deployed"
+        kinds = {d["kind"] for d in yaml.safe_load_all(rel["manifest"]) if d}
+        assert "CustomResourceDefinition" in kinds, kinds
+        assert "Job" not in kinds
+        crd = k8s.get("crd", CRD_NAME)
+        assert crd["metadata"]["uid"] == uid
+        assert crd["metadata"]["labels"]["helm.sh/chart"] == f"taint-operator-{chart.metadata['version']}"
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        for name, uid in previous_release["uids"].items():
+            assert k8s.get("taintpolicy", name)["metadata"]["uid"] == uid
 
     def test_8d_uninstall_keeps_the_crd(self, release, helm_cfg, previous_release):
         k8s.delete_policies(*PREV_POLICIES)
