@@ -1082,3 +1082,196 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
     assert_eq!(metrics.node_echoes_skipped.get(), 1);
     assert_eq!(metrics.node_writes.get(), 2);
 }
+
+/// Runs the node watch (fed by hand through `watch_rx`) and a one-worker node
+/// queue against `h` until `done` says so; returns the node reconciles counted.
+async fn with_watch_and_queue<F, Fut>(
+    mut h: support::Harness,
+    watch_tx: futures::channel::mpsc::UnboundedSender<
+        Result<
+            kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
+            kube::runtime::watcher::Error,
+        >,
+    >,
+    watch_rx: futures::channel::mpsc::UnboundedReceiver<
+        Result<
+            kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
+            kube::runtime::watcher::Error,
+        >,
+    >,
+    first: &k8s_openapi::api::core::v1::Node,
+    done: F,
+) -> u64
+where
+    F: FnOnce(std::sync::Arc<taint_operator::controller::context::Context>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    use kube::runtime::watcher::Event;
+    use taint_operator::{
+        cache::node_cache::CachedNode,
+        controller::watches::{feed_node_queue, follow_nodes},
+        telemetry::metrics::ControllerLabel,
+    };
+    use tokio::sync::mpsc;
+
+    let writer = h.take_node_writer();
+    let ctx = h.ctx.clone();
+    let (queue, workers) = h.start_node_queue();
+    let (touched_tx, touched_rx) = mpsc::unbounded_channel();
+    let (_all_tx, all_rx) = mpsc::unbounded_channel();
+    let feed = tokio::spawn(feed_node_queue(
+        ctx.clone(),
+        queue.clone(),
+        touched_rx,
+        all_rx,
+    ));
+    // the operator's own re-queues (`Context::write_done`) go through the pod watches' channel
+    let mut changed = std::mem::replace(&mut h.changed_nodes, mpsc::unbounded_channel().1);
+    let requeue = tokio::spawn({
+        let queue = queue.clone();
+        async move {
+            while let Some(n) = changed.recv().await {
+                queue.touch(&n.name);
+            }
+        }
+    });
+    let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
+    let reconciles = ctx
+        .metrics
+        .reconciles
+        .get_or_create(&ControllerLabel { controller: "node" });
+    watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
+    watch_tx
+        .unbounded_send(Ok(Event::InitApply(CachedNode::from_node(first))))
+        .unwrap();
+    watch_tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+    done(ctx.clone()).await;
+    queue.close();
+    drop(watch_tx);
+    workers.await.unwrap();
+    watch.await.unwrap();
+    feed.abort();
+    requeue.abort();
+    let n = reconciles.get();
+    drop(h);
+    n
+}
+
+/// The watch can bring our write back before the patch's answer does. That echo
+/// is parked while the write is on its way, and dropped once the answer shows it
+/// is ours: one reconcile, one write, no second run of the node.
+#[tokio::test]
+async fn an_echo_that_comes_before_the_patch_answer_is_not_reconciled_again() {
+    use futures::channel::mpsc as events;
+    use kube::runtime::watcher::Event;
+    use taint_operator::cache::node_cache::CachedNode;
+
+    let broken = served_node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
+    let metrics = h.metrics();
+    let (watch_tx, watch_rx) = events::unbounded();
+    let server_watch = watch_tx.clone();
+    let reconciles = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect_node_patch_request("n1", &nic_taint_on_a_bare_node("100"))
+                .await;
+            let written = api.apply_node_patch("n1", &call.body).unwrap();
+            assert_eq!(written["metadata"]["resourceVersion"], "101");
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(written.clone()).unwrap();
+            // the watch first, the answer 50 ms later
+            server_watch
+                .unbounded_send(Ok(Event::Apply(CachedNode::from_node(&node))))
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            call.reply(200, &written);
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            api
+        },
+        |h| {
+            let metrics = h.metrics();
+            with_watch_and_queue(h, watch_tx, watch_rx, &broken, move |_| async move {
+                while metrics.node_writes.get() < 1 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                // time for a second reconcile, were one queued
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            })
+        },
+    )
+    .await;
+    assert_eq!(reconciles, 1, "the early echo was reconciled");
+    assert_eq!(metrics.node_echoes_skipped.get(), 1);
+    assert_eq!(metrics.node_writes.get(), 1);
+}
+
+/// What the watch brings while our write is on its way and is not that write's
+/// echo (kubelet's next update, say) is not lost: the node is reconciled again
+/// once the answer is in, and the change is acted on.
+#[tokio::test]
+async fn a_change_that_comes_while_the_write_is_on_its_way_is_reconciled_after_it() {
+    use futures::channel::mpsc as events;
+    use kube::runtime::watcher::Event;
+    use taint_operator::cache::node_cache::CachedNode;
+
+    let broken = served_node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
+    let metrics = h.metrics();
+    let healed = served_node("n1")
+        .resource_version("102")
+        .condition(NIC, "Healthy")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (watch_tx, watch_rx) = events::unbounded();
+    let server_watch = watch_tx.clone();
+    let server_healed = healed.clone();
+    let reconciles = scenario(
+        h,
+        api,
+        |mut api| async move {
+            let call = api
+                .expect_node_patch_request("n1", &nic_taint_on_a_bare_node("100"))
+                .await;
+            let written = api.apply_node_patch("n1", &call.body).unwrap();
+            // kubelet's update lands on top of our write before its answer is read
+            let mut healed = serde_json::to_value(&server_healed).unwrap();
+            healed["spec"]["taints"] = written["spec"]["taints"].clone();
+            api.nodes.insert("n1".into(), healed.clone());
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(healed).unwrap();
+            server_watch
+                .unbounded_send(Ok(Event::Apply(CachedNode::from_node(&node))))
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            call.reply(200, &written);
+            // the node is planned again at once; its events go out once it is settled
+            api.expect_node_patch(
+                "n1",
+                json!([
+                    test_rv("102"),
+                    {"op": "remove", "path": "/spec/taints"},
+                    {"op": "remove", "path": MANAGED_PATH},
+                ]),
+            )
+            .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
+            api
+        },
+        |h| {
+            let metrics = h.metrics();
+            with_watch_and_queue(h, watch_tx, watch_rx, &broken, move |_| async move {
+                while metrics.node_writes.get() < 2 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        },
+    )
+    .await;
+    assert_eq!(reconciles, 2);
+    assert_eq!(metrics.node_echoes_skipped.get(), 0);
+    assert_eq!(metrics.node_writes.get(), 2);
+}

@@ -57,6 +57,10 @@ pub struct Context {
     /// write returned), until the node watch delivers anything newer. A reconcile
     /// that runs before then would plan on the replaced node and lose a conflict.
     pub recent_writes: Mutex<HashMap<String, (String, Arc<CachedNode>)>>,
+    /// Node name → the newest resourceVersion the node watch brought while a patch
+    /// of ours to that node was on its way (None: nothing yet). Locked before
+    /// `recent_writes` wherever both are held.
+    pub writes_in_flight: Mutex<HashMap<String, Option<String>>>,
     /// Malformed ownership annotations already warned about.
     pub malformed_reported: Reported,
     /// Nodes queued for or in a reconcile: node events wait for them (see `node_events`).
@@ -149,6 +153,7 @@ impl Context {
             node_writes,
             cleanup_grace: options.cleanup_grace,
             recent_writes: Mutex::default(),
+            writes_in_flight: Mutex::default(),
             node_watch_health: WatchHealth::default(),
             policy_watch_health: WatchHealth::default(),
             malformed_reported: Reported::default(),
@@ -216,9 +221,69 @@ impl Context {
         }
     }
 
+    /// A patch of `node` is about to be sent: what the node watch brings for it
+    /// until [`Context::write_done`] is parked there, not queued.
+    pub fn writing(&self, node: &str) {
+        self.writes_in_flight
+            .lock()
+            .expect("writes in flight lock")
+            .insert(node.to_string(), None);
+    }
+
+    /// The write that [`Context::writing`] announced is over; `written` is the
+    /// version it replaced and the node it returned, None when nothing was written
+    /// (no change, or an error). A version the watch brought meanwhile is dropped
+    /// when it is the write's own echo or the version the write was planned on;
+    /// anything else queues the node again, as the watch would have.
+    pub fn write_done(&self, node: &str, written: Option<(&str, &CachedNode)>) {
+        let mut flight = self.writes_in_flight.lock().expect("writes in flight lock");
+        let parked = flight.remove(node).flatten();
+        if let Some((base, w)) = written {
+            self.remember_write(base, w);
+        }
+        let Some(parked) = parked else {
+            return;
+        };
+        let planned_on = written.is_some_and(|(base, w)| {
+            w.resource_version() == Some(parked.as_str()) || base == parked
+        });
+        if planned_on {
+            if written.is_some_and(|(_, w)| w.resource_version() == Some(parked.as_str())) {
+                // the echo came before the answer: nothing newer to wait for
+                self.metrics.node_echoes_skipped.inc();
+                self.recent_writes
+                    .lock()
+                    .expect("recent writes lock")
+                    .remove(node);
+            }
+        } else {
+            self.recent_writes
+                .lock()
+                .expect("recent writes lock")
+                .remove(node);
+            drop(flight);
+            self.pod_watches.reevaluate(vec![node.to_string()]);
+        }
+    }
+
+    /// What the node watch brought for `node`, judged before it is queued.
+    pub fn watch_brought(&self, node: &CachedNode) -> Brought {
+        let mut flight = self.writes_in_flight.lock().expect("writes in flight lock");
+        if let Some(slot) = flight.get_mut(node.name()) {
+            *slot = node.resource_version().map(str::to_string);
+            return Brought::Parked;
+        }
+        if self.is_own_echo(node) {
+            self.metrics.node_echoes_skipped.inc();
+            self.node_seen(node.name());
+            return Brought::OwnEcho;
+        }
+        Brought::Change
+    }
+
     /// Remembers a write until the node watch shows something newer. Not when the
     /// cache already has moved past the node the write replaced.
-    pub fn wrote(&self, base_resource_version: &str, written: &CachedNode) {
+    fn remember_write(&self, base_resource_version: &str, written: &CachedNode) {
         let name = written.name().to_string();
         let cached = self
             .nodes
@@ -238,7 +303,7 @@ impl Context {
     /// answered with, coming back through the watch. The write's reconcile planned
     /// on exactly what it wrote, so planning again would find nothing to do (a plan
     /// applied twice equals it applied once); the queue is spared that reconcile.
-    pub fn is_own_echo(&self, node: &CachedNode) -> bool {
+    fn is_own_echo(&self, node: &CachedNode) -> bool {
         let writes = self.recent_writes.lock().expect("recent writes lock");
         writes.get(node.name()).is_some_and(|(_, written)| {
             written.resource_version().is_some()
@@ -260,4 +325,15 @@ impl Context {
         // The sender lives as long as the operator; if it is gone we are shutting down.
         let _ = rx.wait_for(|s| *s).await;
     }
+}
+
+/// What a node watch event is to the node queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Brought {
+    /// A write to the node is on its way: held until it is answered.
+    Parked,
+    /// The echo of our own last write: planning again would change nothing.
+    OwnEcho,
+    /// Anything else: queue the node.
+    Change,
 }

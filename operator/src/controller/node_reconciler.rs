@@ -159,7 +159,19 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
         *drain_wake.lock().expect("drain wake lock") = (keeper.wake.get(), keeper.zone_held.get());
         plan
     };
-    let written = write_node(&api, &ctx.metrics, node.clone(), replan).await?;
+    // What the watch brings while the patch is on its way waits for its answer:
+    // most of it is the patch's own echo (see `Context::write_done`).
+    ctx.writing(node.name());
+    let result = write_node(&api, &ctx.metrics, node.clone(), replan).await;
+    ctx.write_done(
+        node.name(),
+        result
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|w| (w.base_resource_version.as_str(), &w.node)),
+    );
+    let written = result?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
     // Only capped policies need the ledger (see `CapLedger::forget_uncapped`).
     let capped = set.policies.iter().any(|p| {
@@ -183,7 +195,6 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
         .as_ref()
         .is_some_and(|w| !w.plan.drain_started.is_empty());
     if let Some(w) = written {
-        ctx.wrote(&w.base_resource_version, &w.node);
         report(ctx, &w.node, &w.plan);
         node_drains::report(ctx, set, &w.node, &w.plan, &clearing);
     }

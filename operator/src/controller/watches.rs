@@ -21,7 +21,10 @@ use crate::{
         node_cache::CachedNode,
         watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
-    controller::{context::Context, node_queue::NodeQueue},
+    controller::{
+        context::{Brought, Context},
+        node_queue::NodeQueue,
+    },
 };
 use engine::policy_set::PolicySet;
 
@@ -97,12 +100,10 @@ pub async fn follow_nodes<S>(
             ctx.node_watch_health.delivered();
         }
         let ready: Vec<String> = match event {
-            Ok(Event::Apply(n)) if ctx.is_own_echo(&n) => {
-                ctx.metrics.node_echoes_skipped.inc();
-                ctx.node_seen(n.name());
-                continue;
-            }
-            Ok(Event::Apply(n)) => vec![n.name().to_string()],
+            Ok(Event::Apply(n)) => match ctx.watch_brought(&n) {
+                Brought::Parked | Brought::OwnEcho => continue,
+                Brought::Change => vec![n.name().to_string()],
+            },
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
                 ctx.node_seen(n.name());

@@ -196,7 +196,7 @@ pub(crate) async fn drive(
         operator_bin,
         operator_kubeconfig,
         lease_ns,
-        args.operator_concurrency,
+        operator_workers(args),
         operator_log,
     )
     .await?;
@@ -475,4 +475,11 @@ async fn operator_phases(
         }));
     }
     Ok(world)
+}
+
+/// The operator's worker count: as given, else the baseline's concurrency, so the
+/// baseline always has at least as many requests in flight as the operator has workers.
+pub fn operator_workers(args: &Args) -> u16 {
+    args.operator_concurrency
+        .unwrap_or_else(|| u16::try_from(args.concurrency).unwrap_or(u16::MAX))
 }

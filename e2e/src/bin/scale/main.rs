@@ -83,8 +83,8 @@ struct Args {
     #[arg(long, default_value_t = 40)]
     images_per_node: usize,
     /// Requests in flight when creating objects and flipping conditions, and the
-    /// baseline's concurrency.
-    #[arg(long, default_value_t = 32)]
+    /// baseline's concurrency (the default equals the operator's default worker count).
+    #[arg(long, default_value_t = 48)]
     concurrency: usize,
     /// The quiet period at the end, in which the operator must not write.
     #[arg(long, default_value_t = 60)]
@@ -98,7 +98,9 @@ struct Args {
     /// The operator binary (default: target/release/taint-operator of this workspace).
     #[arg(long)]
     operator_bin: Option<PathBuf>,
-    /// The operator's --concurrency (default: the operator's own default).
+    /// The operator's --concurrency (its node workers; default: --concurrency). At
+    /// most --concurrency: a baseline with fewer requests in flight than the
+    /// operator has workers is held back by its own limit, and is no limit to compare with.
     #[arg(long)]
     operator_concurrency: Option<u16>,
     /// Where the operator's log goes (default: a file in the temp directory).
@@ -167,6 +169,17 @@ async fn run(args: Args) -> Result<bool> {
     }
     if args.pods_per_node == 0 {
         bail!("--pods-per-node must be at least 1 (the readiness policies need critical pods)");
+    }
+    if args.concurrency == 0 || args.concurrency > usize::from(u16::MAX) {
+        bail!("--concurrency must be between 1 and {}", u16::MAX);
+    }
+    if let Some(c) = args.operator_concurrency
+        && usize::from(c) > args.concurrency
+    {
+        bail!(
+            "--operator-concurrency {c} is above --concurrency {}: the baseline would have fewer requests in flight than the operator has workers",
+            args.concurrency
+        );
     }
     let Some(kubeconfig) = env_path("KUBECONFIG") else {
         bail!(

@@ -135,7 +135,7 @@ impl OperatorProc {
         bin: &Path,
         kubeconfig: &Path,
         lease_ns: Option<&str>,
-        concurrency: Option<u16>,
+        concurrency: u16,
         log: &Path,
     ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -151,9 +151,7 @@ impl OperatorProc {
         if let Some(ns) = lease_ns {
             cmd.args(["--leader-elect", "--lease-namespace", ns]);
         }
-        if let Some(c) = concurrency {
-            cmd.arg("--concurrency").arg(c.to_string());
-        }
+        cmd.arg("--concurrency").arg(concurrency.to_string());
         cmd.env("KUBECONFIG", kubeconfig)
             .env("NO_COLOR", "1")
             .env_remove("TAINT_OPERATOR_LOG")

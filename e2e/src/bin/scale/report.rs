@@ -202,8 +202,7 @@ impl Report {
             self.operator_bin.display(),
             self.operator_version,
             if self.leader_election { "on" } else { "off" },
-            a.operator_concurrency
-                .map_or("default".into(), |c| c.to_string()),
+            crate::driver::operator_workers(a),
             self.operator_log.display()
         );
         let _ = writeln!(
@@ -514,7 +513,7 @@ impl Report {
             "critical_pods_per_node": self.critical.per_node,
             "k_policies": self.policies.len(), "policies": self.policies,
             "images_per_node": a.images_per_node, "node_json_bytes": self.node_json_bytes,
-            "concurrency": a.concurrency, "operator_concurrency": a.operator_concurrency,
+            "concurrency": a.concurrency, "operator_concurrency": crate::driver::operator_workers(a),
             "leader_election": self.leader_election,
             "operator_version": self.operator_version,
             "machine": {
