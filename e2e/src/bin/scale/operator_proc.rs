@@ -33,8 +33,10 @@ pub(crate) struct OpMetrics {
     pub(crate) patches_answered: f64,
     pub(crate) patch_secs: f64,
     /// Node reconciles that waited for a worker and the seconds they waited, summed.
-    queue_waits: f64,
+    pub(crate) queue_waits: f64,
     queue_wait_secs: f64,
+    /// Watch echoes of its own writes the operator recognised and did not queue.
+    pub(crate) echoes_skipped: f64,
 }
 
 fn parse_labels(s: &str) -> BTreeMap<String, String> {
@@ -73,6 +75,7 @@ impl OpMetrics {
                 "taint_operator_node_write_duration_seconds_sum" => m.patch_secs += value,
                 "taint_operator_node_queue_wait_seconds_count" => m.queue_waits += value,
                 "taint_operator_node_queue_wait_seconds_sum" => m.queue_wait_secs += value,
+                "taint_operator_node_echoes_skipped_total" => m.echoes_skipped += value,
                 "taint_operator_api_requests_total" => {
                     let l = parse_labels(labels);
                     let get = |k: &str| l.get(k).cloned().unwrap_or_default();
@@ -102,6 +105,7 @@ impl OpMetrics {
             patch_secs: self.patch_secs - before.patch_secs,
             queue_waits: self.queue_waits - before.queue_waits,
             queue_wait_secs: self.queue_wait_secs - before.queue_wait_secs,
+            echoes_skipped: self.echoes_skipped - before.echoes_skipped,
         }
     }
 

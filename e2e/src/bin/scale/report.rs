@@ -344,13 +344,15 @@ impl Report {
             w,
             "The baseline has no queue: its backlog waits in the watch stream, unmeasured. \
              Node size: mean JSON bytes of one node per group once every node was right; \
-             every request and watch event on a node costs the API server in proportion.\n"
+             every request and watch event on a node costs the API server in proportion. \
+             Reconciles: node queue entries taken by a worker; echoes skipped: watch events \
+             that were the operator's own write coming back, not queued.\n"
         );
         let _ = writeln!(
             w,
-            "| runner | phase | patches answered | answer ms | wait for a worker ms | node bytes |"
+            "| runner | phase | patches answered | answer ms | wait for a worker ms | reconciles | echoes skipped | node bytes |"
         );
-        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|");
         for p in self
             .phases
             .iter()
@@ -359,12 +361,22 @@ impl Report {
             let r = &p.requests;
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.runner,
                 p.name,
                 r.patches_answered,
                 fmt_opt(r.mean_patch_ms(), 0),
                 fmt_opt(r.mean_queue_wait_ms(), 0),
+                if p.runner == "operator" {
+                    r.queue_waits.to_string()
+                } else {
+                    "–".into()
+                },
+                if p.runner == "operator" {
+                    r.echoes_skipped.to_string()
+                } else {
+                    "–".into()
+                },
                 fmt_opt(p.node_bytes, 0)
             );
         }
@@ -493,6 +505,8 @@ impl Report {
                 "node_write_conflicts": p.conflicts,
                 "node_patch_answer_ms_mean": p.requests.mean_patch_ms(),
                 "node_queue_wait_ms_mean": p.requests.mean_queue_wait_ms(),
+                "node_reconciles": p.requests.queue_waits,
+                "node_echoes_skipped": p.requests.echoes_skipped,
                 "node_bytes": p.node_bytes,
                 "status_writes": p.requests.status_writes,
                 "reconcile_errors": p.requests.reconcile_errors,
