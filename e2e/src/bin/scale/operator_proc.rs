@@ -37,6 +37,8 @@ pub(crate) struct OpMetrics {
     queue_wait_secs: f64,
     /// Watch echoes of its own writes the operator recognised and did not queue.
     pub(crate) echoes_skipped: f64,
+    /// Periodic resync passes started (each queues every node, spread out).
+    pub(crate) resyncs: f64,
 }
 
 fn parse_labels(s: &str) -> BTreeMap<String, String> {
@@ -76,6 +78,7 @@ impl OpMetrics {
                 "taint_operator_node_queue_wait_seconds_count" => m.queue_waits += value,
                 "taint_operator_node_queue_wait_seconds_sum" => m.queue_wait_secs += value,
                 "taint_operator_node_echoes_skipped_total" => m.echoes_skipped += value,
+                "taint_operator_resyncs_total" => m.resyncs += value,
                 "taint_operator_api_requests_total" => {
                     let l = parse_labels(labels);
                     let get = |k: &str| l.get(k).cloned().unwrap_or_default();
@@ -106,6 +109,7 @@ impl OpMetrics {
             queue_waits: self.queue_waits - before.queue_waits,
             queue_wait_secs: self.queue_wait_secs - before.queue_wait_secs,
             echoes_skipped: self.echoes_skipped - before.echoes_skipped,
+            resyncs: self.resyncs - before.resyncs,
         }
     }
 

@@ -346,13 +346,15 @@ impl Report {
              Node size: mean JSON bytes of one node per group once every node was right; \
              every request and watch event on a node costs the API server in proportion. \
              Reconciles: node queue entries taken by a worker; echoes skipped: watch events \
-             that were the operator's own write coming back, not queued.\n"
+             that were the operator's own write coming back, not queued; resyncs: periodic \
+             passes started in the phase (each queues every node once, spread over half \
+             the interval).\n"
         );
         let _ = writeln!(
             w,
-            "| runner | phase | patches answered | answer ms | wait for a worker ms | reconciles | echoes skipped | node bytes |"
+            "| runner | phase | patches answered | answer ms | wait for a worker ms | reconciles | echoes skipped | resyncs | node bytes |"
         );
-        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for p in self
             .phases
             .iter()
@@ -361,7 +363,7 @@ impl Report {
             let r = &p.requests;
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.runner,
                 p.name,
                 r.patches_answered,
@@ -507,6 +509,7 @@ impl Report {
                 "node_queue_wait_ms_mean": p.requests.mean_queue_wait_ms(),
                 "node_reconciles": p.requests.queue_waits,
                 "node_echoes_skipped": p.requests.echoes_skipped,
+                "resyncs": p.requests.resyncs,
                 "node_bytes": p.node_bytes,
                 "status_writes": p.requests.status_writes,
                 "reconcile_errors": p.requests.reconcile_errors,
