@@ -379,6 +379,11 @@ impl Report {
                 } else {
                     "–".into()
                 },
+                if p.runner == "operator" {
+                    r.resyncs.to_string()
+                } else {
+                    "–".into()
+                },
                 fmt_opt(p.node_bytes, 0)
             );
         }
