@@ -238,29 +238,15 @@ impl Context {
     pub fn write_done(&self, node: &str, written: Option<(&str, &CachedNode)>) {
         let mut flight = self.writes_in_flight.lock().expect("writes in flight lock");
         let parked = flight.remove(node).flatten();
-        if let Some((base, w)) = written {
-            self.remember_write(base, w);
-        }
-        let Some(parked) = parked else {
-            return;
-        };
-        let planned_on = written.is_some_and(|(base, w)| {
-            w.resource_version() == Some(parked.as_str()) || base == parked
-        });
-        if planned_on {
-            if written.is_some_and(|(_, w)| w.resource_version() == Some(parked.as_str())) {
-                // the echo came before the answer: nothing newer to wait for
-                self.metrics.node_echoes_skipped.inc();
-                self.recent_writes
-                    .lock()
-                    .expect("recent writes lock")
-                    .remove(node);
+        let is = |rv: Option<&str>| parked.is_some() && rv == parked.as_deref();
+        if written.is_some_and(|(_, w)| is(w.resource_version())) {
+            // the echo came before the answer: nothing newer to wait for
+            self.metrics.node_echoes_skipped.inc();
+        } else if parked.is_none() || written.is_some_and(|(base, _)| is(Some(base))) {
+            if let Some((base, w)) = written {
+                self.remember_write(base, w);
             }
         } else {
-            self.recent_writes
-                .lock()
-                .expect("recent writes lock")
-                .remove(node);
             drop(flight);
             self.pod_watches.reevaluate(vec![node.to_string()]);
         }
