@@ -4,15 +4,18 @@
 
 mod support;
 
-use std::time::Duration;
-
 use http::Method;
-use kube::{Client, CustomResourceExt};
+use kube::CustomResourceExt;
 use serde_json::{Value, json};
-use support::{ApiServerVerifier, verifier::conflict};
+use support::{
+    ApiServerVerifier,
+    verifier::{Call, conflict},
+    with_scripted_server,
+};
 use taint_operator::crd_adopt::{AdoptError, Adopted, Release, adopt};
 use taint_operator_crd::TaintPolicy;
 
+const FIELD_MANAGER_QUERY: &str = "&fieldManager=taint-operator-adopt-crd";
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 const CRD: &str =
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/taintpolicies.nodetaint.io";
@@ -73,22 +76,19 @@ where
     F: FnOnce(ApiServerVerifier) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let (service, handle) = tower_test::mock::pair::<
-        http::Request<kube::client::Body>,
-        http::Response<kube::client::Body>,
-    >();
-    let client = Client::new(service, "default");
-    let server = tokio::spawn(server(ApiServerVerifier::new(handle, &[])));
-    let result = tokio::time::timeout(Duration::from_secs(5), adopt(&client, &release))
-        .await
-        .expect("adopt finished");
-    drop(client);
-    server.await.expect("the scripted server did not panic");
-    result
+    with_scripted_server(
+        server,
+        |client| async move { adopt(&client, &release).await },
+    )
+    .await
 }
 
-fn field_manager(call: &support::verifier::Call) -> Vec<(String, String)> {
-    call.query_pairs()
+/// The GET of the CRD, answered with `live`, and the PUT that must follow it
+/// (returned unanswered).
+async fn get_then_put(api: &mut ApiServerVerifier, live: &Value) -> Call {
+    api.expect(Method::GET, CRD, None).await.reply(200, live);
+    api.expect(Method::PUT, CRD, Some(FIELD_MANAGER_QUERY))
+        .await
 }
 
 #[tokio::test]
@@ -96,17 +96,10 @@ async fn an_unowned_crd_gets_this_schema_and_the_release_s_ownership_in_one_guar
     let live = live_crd("41", Value::Null);
     let want = adopted(&live, true);
     let result = run_adopt(release(true), |mut api| async move {
-        api.expect(Method::GET, CRD, None).await.reply(200, &live);
-        let put = api
-            .expect(
-                Method::PUT,
-                CRD,
-                Some("&fieldManager=taint-operator-adopt-crd"),
-            )
-            .await;
+        let put = get_then_put(&mut api, &live).await;
         assert_eq!(put.body, want, "the replaced CRD");
         assert_eq!(
-            field_manager(&put),
+            put.query_pairs(),
             vec![(
                 "fieldManager".to_string(),
                 "taint-operator-adopt-crd".to_string()
@@ -135,14 +128,7 @@ async fn without_keep_the_resource_policy_is_taken_off() {
             .is_none()
     );
     let result = run_adopt(release(false), |mut api| async move {
-        api.expect(Method::GET, CRD, None).await.reply(200, &live);
-        let put = api
-            .expect(
-                Method::PUT,
-                CRD,
-                Some("&fieldManager=taint-operator-adopt-crd"),
-            )
-            .await;
+        let put = get_then_put(&mut api, &live).await;
         assert_eq!(put.body, want);
         put.reply(200, &want);
         api.no_more_requests().await;
@@ -193,24 +179,10 @@ async fn a_replace_that_loses_a_race_reads_again_and_retries() {
     let second = live_crd("11", json!({"touched": "by someone"}));
     let (want_first, want_second) = (adopted(&first, true), adopted(&second, true));
     let result = run_adopt(release(true), |mut api| async move {
-        api.expect(Method::GET, CRD, None).await.reply(200, &first);
-        let put = api
-            .expect(
-                Method::PUT,
-                CRD,
-                Some("&fieldManager=taint-operator-adopt-crd"),
-            )
-            .await;
+        let put = get_then_put(&mut api, &first).await;
         assert_eq!(put.body, want_first);
         put.reply_status(&conflict("taintpolicies.nodetaint.io"));
-        api.expect(Method::GET, CRD, None).await.reply(200, &second);
-        let put = api
-            .expect(
-                Method::PUT,
-                CRD,
-                Some("&fieldManager=taint-operator-adopt-crd"),
-            )
-            .await;
+        let put = get_then_put(&mut api, &second).await;
         assert_eq!(
             put.body, want_second,
             "the second write starts from what was read again"
@@ -230,14 +202,7 @@ async fn the_release_s_own_crd_is_brought_to_this_schema() {
     );
     let want = adopted(&live, true);
     let result = run_adopt(release(true), |mut api| async move {
-        api.expect(Method::GET, CRD, None).await.reply(200, &live);
-        let put = api
-            .expect(
-                Method::PUT,
-                CRD,
-                Some("&fieldManager=taint-operator-adopt-crd"),
-            )
-            .await;
+        let put = get_then_put(&mut api, &live).await;
         assert_eq!(put.body, want);
         put.reply(200, &want);
         api.no_more_requests().await;
@@ -253,11 +218,7 @@ async fn a_missing_crd_is_created_owned() {
             .await
             .reply_status(&not_found());
         let post = api
-            .expect(
-                Method::POST,
-                CRDS,
-                Some("&fieldManager=taint-operator-adopt-crd"),
-            )
+            .expect(Method::POST, CRDS, Some(FIELD_MANAGER_QUERY))
             .await;
         let mut want = serde_json::to_value(TaintPolicy::crd()).expect("serializes");
         want["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "Helm"});
@@ -278,8 +239,7 @@ async fn a_missing_crd_is_created_owned() {
 async fn a_refused_replace_names_the_call_and_the_crd() {
     let live = live_crd("13", Value::Null);
     let err = run_adopt(release(true), |mut api| async move {
-        api.expect(Method::GET, CRD, None).await.reply(200, &live);
-        let put = api.expect(Method::PUT, CRD, Some("&fieldManager=taint-operator-adopt-crd")).await;
+        let put = get_then_put(&mut api, &live).await;
         put.reply_status(&json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": "customresourcedefinitions.apiextensions.k8s.io \"taintpolicies.nodetaint.io\" is forbidden: User \"system:serviceaccount:ops:x\" cannot update resource",

@@ -980,19 +980,14 @@ async fn a_malformed_ownership_annotation_is_replaced_with_a_warning() {
 /// however soon after, is.
 #[tokio::test]
 async fn the_echo_of_our_own_write_is_not_reconciled_again() {
-    use futures::channel::mpsc as events;
     use kube::runtime::watcher::Event;
-    use taint_operator::{
-        cache::node_cache::CachedNode,
-        controller::watches::{feed_node_queue, follow_nodes},
-        telemetry::metrics::ControllerLabel,
-    };
-    use tokio::sync::mpsc;
+    use taint_operator::{cache::node_cache::CachedNode, telemetry::metrics::ControllerLabel};
 
     let broken = served_node("n1").condition(NIC, "Kaput").build();
-    let (mut h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
-    let writer = h.take_node_writer();
+    let (h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
     let metrics = h.metrics();
+    let (watch_tx, watch_rx) = futures::channel::mpsc::unbounded();
+    let feed = watch_tx.clone();
     // The NIC recovered, after our write: kubelet's update, the next version.
     let healed = served_node("n1")
         .resource_version("102")
@@ -1025,57 +1020,35 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
             assert_eq!(api.expect_event().await["reason"], "TaintRemoved");
             api
         },
-        |h| async move {
-            let ctx = h.ctx.clone();
-            let (queue, workers) = h.start_node_queue();
-            let (watch_tx, watch_rx) = events::unbounded();
-            let (touched_tx, touched_rx) = mpsc::unbounded_channel();
-            let (_all_tx, all_rx) = mpsc::unbounded_channel();
-            let feed = tokio::spawn(feed_node_queue(
-                ctx.clone(),
-                queue.clone(),
-                touched_rx,
-                all_rx,
-            ));
-            let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
-            let reconciles = ctx
-                .metrics
-                .reconciles
-                .get_or_create(&ControllerLabel { controller: "node" });
-            watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
-            watch_tx
-                .unbounded_send(Ok(Event::InitApply(CachedNode::from_node(&broken))))
-                .unwrap();
-            watch_tx.unbounded_send(Ok(Event::InitDone)).unwrap();
-            // The write's answer, as the watch brings it back.
-            let echo = loop {
-                let cached = ctx
-                    .nodes
-                    .get(&kube::runtime::reflector::ObjectRef::new("n1"))
-                    .unwrap();
-                let freshest = ctx.freshest(cached);
-                if freshest.resource_version() == Some("101") {
-                    break (*freshest).clone();
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            };
-            watch_tx.unbounded_send(Ok(Event::Apply(echo))).unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            assert_eq!(reconciles.get(), 1, "the echo was reconciled");
-            assert_eq!(ctx.metrics.node_echoes_skipped.get(), 1);
+        |h| {
+            with_watch_and_queue(h, watch_tx, watch_rx, &broken, move |ctx| async move {
+                let reconciles = ctx
+                    .metrics
+                    .reconciles
+                    .get_or_create(&ControllerLabel { controller: "node" });
+                // The write's answer, as the watch brings it back.
+                let echo = loop {
+                    let cached = ctx
+                        .nodes
+                        .get(&kube::runtime::reflector::ObjectRef::new("n1"))
+                        .unwrap();
+                    let freshest = ctx.freshest(cached);
+                    if freshest.resource_version() == Some("101") {
+                        break (*freshest).clone();
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                };
+                feed.unbounded_send(Ok(Event::Apply(echo))).unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                assert_eq!(reconciles.get(), 1, "the echo was reconciled");
+                assert_eq!(ctx.metrics.node_echoes_skipped.get(), 1);
 
-            watch_tx
-                .unbounded_send(Ok(Event::Apply(healed_cached)))
-                .unwrap();
-            while ctx.metrics.node_writes.get() < 2 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            queue.close();
-            drop(watch_tx);
-            workers.await.unwrap();
-            watch.await.unwrap();
-            feed.abort();
-            drop(h);
+                feed.unbounded_send(Ok(Event::Apply(healed_cached)))
+                    .unwrap();
+                while ctx.metrics.node_writes.get() < 2 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
         },
     )
     .await;
@@ -1083,16 +1056,28 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
     assert_eq!(metrics.node_writes.get(), 2);
 }
 
+type NodeWatchEvents = futures::channel::mpsc::UnboundedSender<
+    Result<
+        kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
+        kube::runtime::watcher::Error,
+    >,
+>;
+
+/// The node watch delivers `node` (as the API server serves it).
+fn watch_brings(watch: &NodeWatchEvents, node: &Value) {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(node.clone()).unwrap();
+    watch
+        .unbounded_send(Ok(kube::runtime::watcher::Event::Apply(
+            taint_operator::cache::node_cache::CachedNode::from_node(&node),
+        )))
+        .unwrap();
+}
+
 /// Runs the node watch (fed by hand through `watch_rx`) and a one-worker node
 /// queue against `h` until `done` says so; returns the node reconciles counted.
 async fn with_watch_and_queue<F, Fut>(
     mut h: support::Harness,
-    watch_tx: futures::channel::mpsc::UnboundedSender<
-        Result<
-            kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
-            kube::runtime::watcher::Error,
-        >,
-    >,
+    watch_tx: NodeWatchEvents,
     watch_rx: futures::channel::mpsc::UnboundedReceiver<
         Result<
             kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
@@ -1163,8 +1148,6 @@ where
 #[tokio::test]
 async fn an_echo_that_comes_before_the_patch_answer_is_not_reconciled_again() {
     use futures::channel::mpsc as events;
-    use kube::runtime::watcher::Event;
-    use taint_operator::cache::node_cache::CachedNode;
 
     let broken = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
@@ -1180,12 +1163,8 @@ async fn an_echo_that_comes_before_the_patch_answer_is_not_reconciled_again() {
                 .await;
             let written = api.apply_node_patch("n1", &call.body).unwrap();
             assert_eq!(written["metadata"]["resourceVersion"], "101");
-            let node: k8s_openapi::api::core::v1::Node =
-                serde_json::from_value(written.clone()).unwrap();
             // the watch first, the answer 50 ms later
-            server_watch
-                .unbounded_send(Ok(Event::Apply(CachedNode::from_node(&node))))
-                .unwrap();
+            watch_brings(&server_watch, &written);
             tokio::time::sleep(Duration::from_millis(50)).await;
             call.reply(200, &written);
             assert_eq!(api.expect_event().await["reason"], "TaintAdded");
@@ -1214,8 +1193,6 @@ async fn an_echo_that_comes_before_the_patch_answer_is_not_reconciled_again() {
 #[tokio::test]
 async fn a_change_that_comes_while_the_write_is_on_its_way_is_reconciled_after_it() {
     use futures::channel::mpsc as events;
-    use kube::runtime::watcher::Event;
-    use taint_operator::cache::node_cache::CachedNode;
 
     let broken = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
@@ -1241,10 +1218,7 @@ async fn a_change_that_comes_while_the_write_is_on_its_way_is_reconciled_after_i
             let mut healed = serde_json::to_value(&server_healed).unwrap();
             healed["spec"]["taints"] = written["spec"]["taints"].clone();
             api.nodes.insert("n1".into(), healed.clone());
-            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(healed).unwrap();
-            server_watch
-                .unbounded_send(Ok(Event::Apply(CachedNode::from_node(&node))))
-                .unwrap();
+            watch_brings(&server_watch, &healed);
             tokio::time::sleep(Duration::from_millis(50)).await;
             call.reply(200, &written);
             // the node is planned again at once; its events go out once it is settled

@@ -4,12 +4,9 @@
 
 mod support;
 
-use std::time::Duration;
-
 use http::Method;
-use kube::Client;
 use serde_json::{Value, json};
-use support::ApiServerVerifier;
+use support::{ApiServerVerifier, with_scripted_server};
 use taint_operator::run::{StartupError, preflight};
 
 const URL: &str = "https://api.example:6443";
@@ -34,18 +31,11 @@ where
     F: FnOnce(ApiServerVerifier) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let (service, handle) = tower_test::mock::pair::<
-        http::Request<kube::client::Body>,
-        http::Response<kube::client::Body>,
-    >();
-    let client = Client::new(service, "default");
-    let server = tokio::spawn(server(ApiServerVerifier::new(handle, &[])));
-    let result = tokio::time::timeout(Duration::from_secs(5), preflight(&client, URL))
-        .await
-        .expect("preflight finished");
-    drop(client);
-    server.await.expect("the scripted server did not panic");
-    result
+    with_scripted_server(
+        server,
+        |client| async move { preflight(&client, URL).await },
+    )
+    .await
 }
 
 fn one_line(e: &StartupError) -> String {

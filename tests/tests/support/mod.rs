@@ -272,3 +272,27 @@ where
         .await
         .expect("the scenario did not finish in time: a request never came or never got its answer")
 }
+
+/// Runs `call` with a client whose every request goes to the scripted `server`
+/// (which starts with no nodes), and waits for both; 5 s at most for `call`.
+pub async fn with_scripted_server<S, SF, C, CF, T>(server: S, call: C) -> T
+where
+    S: FnOnce(ApiServerVerifier) -> SF,
+    SF: Future<Output = ()> + Send + 'static,
+    C: FnOnce(kube::Client) -> CF,
+    CF: Future<Output = T>,
+{
+    let (service, handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let server = tokio::spawn(server(ApiServerVerifier::new(handle, &[])));
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        call(kube::Client::new(service, "default")),
+    )
+    .await
+    .expect("the call finished in time");
+    server.await.expect("the scripted server did not panic");
+    result
+}
