@@ -86,6 +86,54 @@ async fn a_node_deleted_before_its_turn_is_skipped_without_a_request() {
     assert_eq!(metrics.node_writes.get(), 0);
 }
 
+/// Whether a reconcile left the status writer a wake-up (and takes it).
+fn status_writer_woken(h: &support::Harness) -> bool {
+    futures::FutureExt::now_or_never(h.ctx.status_refresh.notified()).is_some()
+}
+
+/// Runs `reconcile_named` on n1 and says whether it woke the status writer.
+async fn reconcile_n1_wakes_status<SF>(
+    node: k8s_openapi::api::core::v1::Node,
+    by_resync: bool,
+    server: impl FnOnce(support::verifier::ApiServerVerifier) -> SF,
+) -> bool
+where
+    SF: Future<Output = support::verifier::ApiServerVerifier> + Send + 'static,
+{
+    let (h, api) = harness(&[nic_policy()], &[node]);
+    scenario(h, api, server, |h| async move {
+        status_writer_woken(&h);
+        let work = Work {
+            node: "n1".into(),
+            by_resync,
+        };
+        reconcile_named(work, h.ctx.clone()).await;
+        status_writer_woken(&h)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_resync_that_finds_the_node_right_leaves_the_status_writer_asleep() {
+    let right = || served_node("n1").condition(NIC, "Fine").build();
+    assert!(!reconcile_n1_wakes_status(right(), true, |api| async { api }).await);
+    // Queued by a watch event, the same reconcile may follow a change the status reports.
+    assert!(reconcile_n1_wakes_status(right(), false, |api| async { api }).await);
+}
+
+#[tokio::test]
+async fn a_resync_that_corrects_a_node_wakes_the_status_writer() {
+    let broken = served_node("n1").condition(NIC, "Kaput").build();
+    let woken = reconcile_n1_wakes_status(broken, true, |mut api| async move {
+        api.expect_node_patch("n1", nic_taint_on_a_bare_node("100"))
+            .await;
+        api.expect_event().await;
+        api
+    })
+    .await;
+    assert!(woken);
+}
+
 #[tokio::test]
 async fn add_one_patch_with_foreign_taints_kept_then_an_event() {
     let n1 = served_node("n1")

@@ -46,6 +46,13 @@ pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
     };
     match reconcile(node, ctx.clone()).await {
         Ok((next, wrote)) => {
+            // A resync that wrote nothing found the node as its last reconcile left
+            // it, and that reconcile woke the status writer already. Waking it again
+            // for each of a pass's thousands of nodes recomputed every policy's
+            // status about once a second for the whole pass.
+            if wrote || !work.by_resync {
+                ctx.status_refresh.notify_one();
+            }
             if wrote && work.by_resync {
                 // Only the resync queued this node, and it was wrong: some watch
                 // event never led to a reconcile.
@@ -62,7 +69,9 @@ pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
 }
 
 pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<Next> {
-    reconcile(node, ctx).await.map(|(next, _)| next)
+    let (next, _) = reconcile(node, ctx.clone()).await?;
+    ctx.status_refresh.notify_one();
+    Ok(next)
 }
 
 /// What to do next, and whether the node was written.
@@ -82,7 +91,6 @@ async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bo
         .reconcile_duration
         .get_or_create(&CONTROLLER)
         .observe(started.elapsed().as_secs_f64());
-    ctx.status_refresh.notify_one();
     let next = match converged.next_check {
         Some(at) => Next::After(until(at, (ctx.clock)())),
         None => Next::AwaitChange,

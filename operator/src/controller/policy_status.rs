@@ -126,6 +126,7 @@ async fn warn_on_policy(ctx: &Context, policy: &TaintPolicy, summary: &PolicySum
 /// Recomputes every policy's summary from the caches and writes the statuses that changed.
 pub async fn refresh_all(ctx: &Context) -> Result<()> {
     let set = ctx.policy_set();
+    let started = std::time::Instant::now();
     let plan = {
         // The cached views as they are: a status run copies no node.
         let cached = ctx.nodes.state();
@@ -139,6 +140,9 @@ pub async fn refresh_all(ctx: &Context) -> Result<()> {
             UnknownPolicies::Remove,
         )
     };
+    ctx.metrics
+        .status_computation
+        .observe(started.elapsed().as_secs_f64());
     let mut first_error = None;
     let mut reports = Vec::with_capacity(plan.policies.len());
     let mut to_write = Vec::with_capacity(plan.policies.len());

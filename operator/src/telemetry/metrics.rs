@@ -84,6 +84,8 @@ pub struct Metrics {
     /// A node's wait in the node queue for a free worker.
     pub node_queue_wait: Histogram,
     pub status_writes: Counter,
+    /// Time spent recomputing every policy's status from the caches, one sample per run.
+    pub status_computation: Histogram,
     pub taints_added: Family<PolicyLabel, Counter>,
     pub taints_removed: Family<PolicyLabel, Counter>,
     pub tainted_nodes: Family<PolicyLabel, Gauge>,
@@ -148,6 +150,7 @@ impl Default for Metrics {
         let node_write_duration = latency_buckets();
         let node_queue_wait = latency_buckets();
         let status_writes = Counter::default();
+        let status_computation = latency_buckets();
         let taints_added = Family::<PolicyLabel, Counter>::default();
         let taints_removed = Family::<PolicyLabel, Counter>::default();
         let tainted_nodes = Family::<PolicyLabel, Gauge>::default();
@@ -184,6 +187,11 @@ impl Default for Metrics {
             "node_write_duration_seconds",
             "Time from sending a node patch to its answer",
             node_write_duration.clone(),
+        );
+        registry.register(
+            "status_computation_seconds",
+            "Time to recompute every policy's status from the caches, per run",
+            status_computation.clone(),
         );
         registry.register(
             "node_queue_wait_seconds",
@@ -314,6 +322,7 @@ impl Default for Metrics {
             node_write_conflicts,
             node_write_duration,
             node_queue_wait,
+            status_computation,
             status_writes,
             taints_added,
             taints_removed,
