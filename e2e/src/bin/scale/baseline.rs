@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::{
     Api, Client, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::{Value, json};
@@ -108,13 +108,24 @@ async fn baseline_reconcile(
     let Some(i) = node_index(&node.name_any()) else {
         return;
     };
-    let mine = &fault_taints[group_of(i)];
     let want = node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == BASELINE_CONDITION))
         .is_some_and(|c| c.status == "True");
+    put_taints(api, &node, &fault_taints[group_of(i)], want, counters).await;
+}
+
+/// The one JSON patch that puts `mine` on the node (`want`) or takes them off,
+/// guarded by the node's resourceVersion; nothing when the node is already so.
+async fn put_taints(
+    api: &Api<Node>,
+    node: &Node,
+    mine: &[Taint],
+    want: bool,
+    counters: &BaselineCounters,
+) {
     let taints = node
         .spec
         .as_ref()
@@ -155,6 +166,102 @@ async fn baseline_reconcile(
     }
 }
 
+/// Nodes per list page of the cold start, as the operator's node watch pages them.
+const COLD_PAGE: u32 = 500;
+
+/// The baseline's cold start, the yardstick for the operator's: a new client lists
+/// the nodes page by page and, as each page arrives, patches the standing taints
+/// (the ones the operator's cold start puts on) onto every node of it, `concurrency`
+/// patches in flight. Timed from the first request to every node right in the
+/// observer's watch.
+#[allow(clippy::too_many_arguments)]
+async fn cold_start(
+    args: &Args,
+    kubeconfig: &Path,
+    defs: &[PolicyDef],
+    observer: &Observer,
+    world: &mut World,
+    probes: &CpuProbes,
+    after_operator: bool,
+    report: &mut Report,
+) -> Result {
+    let n = args.nodes;
+    eprintln!("scale: baseline cold start");
+    world.baseline_standing = true;
+    let events_before = observer.events();
+    let cpu_before = probes.snapshot();
+    observer.begin(expected_all(defs, n, *world));
+    let counters = Arc::new(BaselineCounters::default());
+    let standing = Arc::new(standing_taints(defs));
+    let t0 = Instant::now();
+    let api: Api<Node> = Api::all(client_from(kubeconfig).await?);
+    let (pages, nodes) = futures::channel::mpsc::channel::<Node>(COLD_PAGE as usize);
+    let lister = tokio::spawn(list_into(api.clone(), pages));
+    nodes
+        .map(|node| {
+            let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
+            async move { put_taints(&api, &node, &standing, true, &counters).await }
+        })
+        .buffer_unordered(args.concurrency)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    lister.await??;
+    let right = observer
+        .wait_all_right(Duration::from_secs(args.phase_timeout_secs))
+        .await?;
+    let cpu_to_right = probes.since(&cpu_before);
+    let end = right.iter().max().copied().unwrap_or(t0);
+    let errors = counters.errors.load(Ordering::Relaxed);
+    if errors > 0 {
+        bail!("the baseline cold start had {errors} failed patches");
+    }
+    let patches = counters.patches.load(Ordering::Relaxed);
+    let mut requests = OpMetrics::default();
+    requests.requests.insert(
+        ("patch".into(), "nodes".into(), "sent".into()),
+        patches as f64,
+    );
+    requests.patches_answered = patches as f64;
+    requests.patch_secs = counters.patch_micros.load(Ordering::Relaxed) as f64 / 1e6;
+    report.phases.push(PhaseResult {
+        name: "cold start".into(),
+        kind: "cold start".into(),
+        runner: "baseline".into(),
+        after_operator,
+        transitions: n,
+        secs: end.saturating_duration_since(t0).as_secs_f64(),
+        change_secs: 0.0,
+        latencies_ms: latencies(&vec![Some(t0); n], &right),
+        per_node: per_node(t0, &vec![Some(t0); n], &right),
+        node_writes: patches as f64,
+        conflicts: counters.conflicts.load(Ordering::Relaxed) as f64,
+        requests,
+        observer_events: observer.events() - events_before,
+        other_cpu: probes.since(&cpu_before),
+        cpu_to_right,
+        ..PhaseResult::default()
+    });
+    Ok(())
+}
+
+/// Lists the scale nodes page by page into `out`.
+async fn list_into(api: Api<Node>, mut out: futures::channel::mpsc::Sender<Node>) -> Result {
+    use futures::SinkExt;
+    let mut params = ListParams::default()
+        .labels(&format!("{SCALE_LABEL}=true"))
+        .limit(COLD_PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        for node in page.items {
+            out.send(node).await?;
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// The baseline's taint and untaint phases, `args.rounds` of each; the rounds after
 /// the operator are numbered on from those before it. Runs before the operator
 /// starts and again after it stopped, so
@@ -174,7 +281,17 @@ pub(crate) async fn baseline_rounds(
 ) -> Result {
     let (n, c) = (args.nodes, args.concurrency);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    set_standing_taints(args, client, defs, observer, &mut world, true).await?;
+    cold_start(
+        args,
+        kubeconfig,
+        defs,
+        observer,
+        &mut world,
+        probes,
+        after_operator,
+        report,
+    )
+    .await?;
     let counters = Arc::new(BaselineCounters::default());
     let (task, synced) = start_baseline(
         client_from(kubeconfig).await?,
@@ -255,36 +372,25 @@ pub(crate) async fn baseline_rounds(
     if errors > 0 {
         bail!("the baseline had {errors} failed patches");
     }
-    set_standing_taints(args, client, defs, observer, &mut world, false).await
+    clear_standing_taints(args, client, defs, observer, &mut world).await
 }
 
-/// Puts the standing taints on every node, or takes every taint off, and waits until
-/// the observer sees every node so. Only around the baseline's rounds: the nodes
-/// carry no other taint then, and the operator never sees these (it would rightly
-/// call them someone else's).
-async fn set_standing_taints(
+/// Takes every taint off every node and waits until the observer sees every node
+/// so: the baseline's cold start put the standing taints on, and the operator
+/// never sees them (it would rightly call them someone else's).
+async fn clear_standing_taints(
     args: &Args,
     client: &Client,
     defs: &[PolicyDef],
     observer: &Observer,
     world: &mut World,
-    on: bool,
 ) -> Result {
     let (n, concurrency) = (args.nodes, args.concurrency);
     let api: Api<Node> = Api::all(client.clone());
-    let taints = if on {
-        json!(standing_taints(defs))
-    } else {
-        Value::Null
-    };
-    let what = if on {
-        "baseline: standing taints on"
-    } else {
-        "baseline: standing taints off"
-    };
+    let what = "baseline: standing taints off";
     create_all(what, n, concurrency, move |i| {
         let api = api.clone();
-        let body = json!({"spec": {"taints": taints}});
+        let body = json!({"spec": {"taints": Value::Null}});
         Box::pin(async move {
             api.patch(&node_name(i), &PatchParams::default(), &Patch::Merge(body))
                 .await
@@ -293,7 +399,7 @@ async fn set_standing_taints(
         })
     })
     .await?;
-    world.baseline_standing = on;
+    world.baseline_standing = false;
     observer.begin(expected_all(defs, n, *world));
     observer
         .wait_all_right(Duration::from_secs(args.phase_timeout_secs))

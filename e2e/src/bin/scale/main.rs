@@ -7,10 +7,13 @@
 //! the readiness policies) and K TaintPolicies. Then, each timed from the first change
 //! to the moment the admin watch shows every node right:
 //!
-//! 1. baseline taint / untaint: a minimal watch-then-patch loop in this process (no
-//!    engine, no caches) reacting to a condition of its own, before the operator runs
-//!    and again after it stopped. It writes the fault policies' taints on nodes that
-//!    carry the policies' standing taints, so both runners' phases make the same nodes;
+//! 1. baseline cold start: a new client lists the nodes page by page and patches the
+//!    taints the operator's cold start puts on (the policies' standing taints) onto
+//!    each node as its page arrives; then baseline taint / untaint: a minimal
+//!    watch-then-patch loop in this process (no engine, no caches) reacting to a
+//!    condition of its own. Both run before the operator and again after it stopped.
+//!    The loop writes the fault policies' taints on nodes that carry the standing
+//!    taints, so both runners' phases make the same nodes;
 //! 2. cold start: the operator starts against the full cluster;
 //! 3. taint: a condition flipped on every node; 4. untaint: flipped back;
 //! 5. readiness: the critical pods become Ready; 6. policy delete: the finalizer

@@ -50,43 +50,86 @@ pub(crate) struct Target {
     pub(crate) ok: bool,
 }
 
+/// Medians over a runner's rounds of a phase, or the operator's over the baseline's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Medians {
+    pub(crate) secs: f64,
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+}
+
+impl Medians {
+    fn of(p: &PhaseResult) -> Self {
+        Medians {
+            secs: p.secs,
+            p50: percentile(&p.latencies_ms, 50.0),
+            p99: percentile(&p.latencies_ms, 99.0),
+        }
+    }
+
+    fn over(self, base: Medians) -> Self {
+        Medians {
+            secs: self.secs / base.secs.max(1e-9),
+            p50: self.p50 / base.p50.max(1e-9),
+            p99: self.p99 / base.p99.max(1e-9),
+        }
+    }
+}
+
+/// The #25 goals: the operator against the baseline's medians, and its memory.
+const PHASE_TIME_GOAL: f64 = 1.05;
+const LATENCY_GOAL: f64 = 1.10;
+const COLD_START_GOAL: f64 = 1.2;
+
+/// Settled and peak RSS the operator may use at `nodes` nodes (#25: ≤ 32 MiB
+/// settled at 5,000 nodes, ≤ 64 / 96 MiB at 15,000; no peak goal at 5,000).
+fn rss_goal_mib(nodes: usize) -> (f64, Option<f64>) {
+    if nodes <= 5_000 {
+        (32.0, None)
+    } else {
+        (64.0, Some(96.0))
+    }
+}
+
 impl Report {
-    /// Median time and median p99 latency of a runner's rounds of a phase.
-    fn medians(&self, runner: &str, kind: &str) -> Option<(f64, f64)> {
+    /// Medians of a runner's rounds of a phase.
+    fn medians(&self, runner: &str, kind: &str) -> Option<Medians> {
         self.medians_of(|p| p.runner == runner && p.kind == kind)
     }
 
-    /// Median time and median p99 latency of the phases `which` picks.
-    fn medians_of(&self, which: impl Fn(&PhaseResult) -> bool) -> Option<(f64, f64)> {
-        let rounds: Vec<&PhaseResult> = self.phases.iter().filter(|p| which(p)).collect();
+    /// Medians of the phases `which` picks.
+    fn medians_of(&self, which: impl Fn(&PhaseResult) -> bool) -> Option<Medians> {
+        let rounds: Vec<Medians> = self
+            .phases
+            .iter()
+            .filter(|p| which(p))
+            .map(Medians::of)
+            .collect();
         if rounds.is_empty() {
             return None;
         }
-        let median =
-            |f: &dyn Fn(&PhaseResult) -> f64| median(rounds.iter().map(|p| f(p)).collect());
-        Some((
-            median(&|p| p.secs),
-            median(&|p| percentile(&p.latencies_ms, 99.0)),
-        ))
+        let median = |f: fn(&Medians) -> f64| median(rounds.iter().map(f).collect());
+        Some(Medians {
+            secs: median(|m| m.secs),
+            p50: median(|m| m.p50),
+            p99: median(|m| m.p99),
+        })
     }
 
-    /// The operator's medians over the baseline's: (time, p99 latency).
-    fn ratio(&self, kind: &str) -> Option<(f64, f64)> {
-        let (op_secs, op_p99) = self.medians("operator", kind)?;
-        let (base_secs, base_p99) = self.medians("baseline", kind)?;
-        Some((op_secs / base_secs.max(1e-9), op_p99 / base_p99.max(1e-9)))
+    /// The operator's medians over the baseline's.
+    fn ratio(&self, kind: &str) -> Option<Medians> {
+        Some(
+            self.medians("operator", kind)?
+                .over(self.medians("baseline", kind)?),
+        )
     }
 
-    /// One operator phase over the baseline's median: (time, p99 latency).
-    fn row_ratio(&self, p: &PhaseResult) -> Option<(f64, f64)> {
+    /// One operator phase over the baseline's medians.
+    fn row_ratio(&self, p: &PhaseResult) -> Option<Medians> {
         if p.runner != "operator" {
             return None;
         }
-        let (base_secs, base_p99) = self.medians("baseline", &p.kind)?;
-        Some((
-            p.secs / base_secs.max(1e-9),
-            percentile(&p.latencies_ms, 99.0) / base_p99.max(1e-9),
-        ))
+        Some(Medians::of(p).over(self.medians("baseline", &p.kind)?))
     }
 
     fn operator_requests_total(&self) -> OpMetrics {
@@ -108,32 +151,53 @@ impl Report {
     pub(crate) fn targets(&self) -> Vec<Target> {
         let mut t = Vec::new();
         let r = self.args.rounds;
-        let base = self
-            .phases
-            .iter()
-            .filter(|p| p.runner == "baseline")
-            .count()
-            / 2;
-        let medians = format!(" (medians of {r} operator and {base} baseline rounds)");
+        let rounds_of = |kind: &str| {
+            self.phases
+                .iter()
+                .filter(|p| p.runner == "baseline" && p.kind == kind)
+                .count()
+        };
+        let mut goal = |what: String, ratio: f64, at_most: f64| {
+            t.push(Target {
+                what: format!("{what} ≤ {at_most:.2}× baseline"),
+                measured: format!("{ratio:.2}×"),
+                ok: ratio <= at_most,
+            })
+        };
         for name in ["taint", "untaint"] {
-            if let Some((time, p99)) = self.ratio(name) {
-                t.push(Target {
-                    what: format!("{name} phase time ≤ 1.2× baseline{medians}"),
-                    measured: format!("{time:.2}×"),
-                    ok: time <= 1.2,
-                });
-                t.push(Target {
-                    what: format!("{name} p99 latency ≤ 1.5× baseline{medians}"),
-                    measured: format!("{p99:.2}×"),
-                    ok: p99 <= 1.5,
-                });
+            if let Some(m) = self.ratio(name) {
+                let of = format!(
+                    " (medians of {r} operator and {} baseline rounds)",
+                    rounds_of(name)
+                );
+                goal(format!("{name} phase time{of}"), m.secs, PHASE_TIME_GOAL);
+                goal(format!("{name} p50 latency{of}"), m.p50, LATENCY_GOAL);
+                goal(format!("{name} p99 latency{of}"), m.p99, LATENCY_GOAL);
             }
         }
+        if let Some(m) = self.ratio("cold start") {
+            goal(
+                format!(
+                    "cold start, every node right (against {} baseline list-and-patch runs)",
+                    rounds_of("cold start")
+                ),
+                m.secs,
+                COLD_START_GOAL,
+            );
+        }
+        let (settled_goal, peak_goal) = rss_goal_mib(self.args.nodes);
         if let Some(s) = self.settled_rss_kib {
             t.push(Target {
-                what: "settled RSS ≤ 48 MiB".into(),
+                what: format!("settled RSS ≤ {settled_goal:.0} MiB"),
                 measured: format!("{:.1} MiB", mib(s)),
-                ok: mib(s) <= 48.0,
+                ok: mib(s) <= settled_goal,
+            });
+        }
+        if let (Some(p), Some(goal)) = (self.peak_rss_kib, peak_goal) {
+            t.push(Target {
+                what: format!("peak RSS ≤ {goal:.0} MiB"),
+                measured: format!("{:.1} MiB", mib(p)),
+                ok: mib(p) <= goal,
             });
         }
         for p in self.phases.iter().filter(|p| p.runner == "operator") {
@@ -243,13 +307,13 @@ impl Report {
                 2 * r,
                 2 * r
             );
-            for kind in ["taint", "untaint"] {
+            for kind in ["cold start", "taint", "untaint"] {
                 let side = |after: bool| {
                     self.medians_of(|p| {
                         p.runner == "baseline" && p.kind == kind && p.after_operator == after
                     })
-                    .map_or("–".into(), |(t, p99)| {
-                        format!("{t:.1} s, p99 {p99:.0} ms")
+                    .map_or("–".into(), |m| {
+                        format!("{:.1} s, p50 {:.0} ms, p99 {:.0} ms", m.secs, m.p50, m.p99)
                     })
                 };
                 let _ = writeln!(
@@ -263,28 +327,29 @@ impl Report {
         let _ = writeln!(w);
         let _ = writeln!(
             w,
-            "| runner | phase | nodes | time s | vs baseline | p50 ms | p90 ms | p99 ms | max ms | p99 vs baseline | node writes | writes/transition | conflicts | API requests | CPU s | peak RSS MiB |"
+            "| runner | phase | nodes | time s | vs baseline | p50 ms | p90 ms | p99 ms | max ms | p50 vs baseline | p99 vs baseline | node writes | writes/transition | conflicts | API requests | CPU s | peak RSS MiB |"
         );
         let _ = writeln!(
             w,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for p in &self.phases {
             let l = &p.latencies_ms;
             let ratio = self.row_ratio(p);
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.2} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
                 p.runner,
                 p.name,
                 p.transitions,
                 p.secs,
-                ratio.map_or("–".into(), |r| format!("{:.2}×", r.0)),
+                ratio.map_or("–".into(), |r| format!("{:.2}×", r.secs)),
                 percentile(l, 50.0),
                 percentile(l, 90.0),
                 percentile(l, 99.0),
                 percentile(l, 100.0),
-                ratio.map_or("–".into(), |r| format!("{:.2}×", r.1)),
+                ratio.map_or("–".into(), |r| format!("{:.2}×", r.p50)),
+                ratio.map_or("–".into(), |r| format!("{:.2}×", r.p99)),
                 p.node_writes,
                 p.node_writes / p.transitions.max(1) as f64,
                 p.conflicts,
@@ -296,7 +361,7 @@ impl Report {
         if let Some(q) = &self.quiet {
             let _ = writeln!(
                 w,
-                "| operator | quiet {} s | – | – | – | – | – | – | – | – | {} | – | {} | {} | {} | {} |",
+                "| operator | quiet {} s | – | – | – | – | – | – | – | – | – | {} | – | {} | {} | {} | {} |",
                 a.quiet_secs,
                 q.node_writes,
                 q.conflicts,
@@ -503,8 +568,9 @@ impl Report {
                 "runner": p.runner, "phase": p.name, "after_operator": p.after_operator, "transitions": p.transitions,
                 "seconds": p.secs, "change_seconds": p.change_secs,
                 "kind": p.kind,
-                "ratio_to_baseline": self.row_ratio(p).map(|r| r.0),
-                "p99_ratio_to_baseline": self.row_ratio(p).map(|r| r.1),
+                "ratio_to_baseline": self.row_ratio(p).map(|r| r.secs),
+                "p50_ratio_to_baseline": self.row_ratio(p).map(|r| r.p50),
+                "p99_ratio_to_baseline": self.row_ratio(p).map(|r| r.p99),
                 "latency_ms": {"p50": percentile(l, 50.0), "p90": percentile(l, 90.0),
                                "p99": percentile(l, 99.0), "max": percentile(l, 100.0)},
                 "node_writes": p.node_writes,
@@ -561,5 +627,100 @@ impl Report {
             "targets": self.targets().iter().map(|t| json!({"target": t.what, "measured": t.measured, "ok": t.ok})).collect::<Vec<_>>(),
             "error": self.error,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn report(nodes: usize, phases: Vec<PhaseResult>) -> Report {
+        Report {
+            args: Args::parse_from(["scale", "--nodes", &nodes.to_string()]),
+            machine: Machine::default(),
+            node_json_bytes: 0,
+            critical: Critical::new(30),
+            policies: vec![],
+            operator_bin: PathBuf::new(),
+            operator_log: PathBuf::new(),
+            operator_version: String::new(),
+            leader_election: false,
+            setup: vec![],
+            phases,
+            operator_ready_secs: None,
+            quiet: None,
+            peak_rss_kib: Some(100 * 1024),
+            settled_rss_kib: Some(30 * 1024),
+            total_cpu_secs: None,
+            final_check: vec![],
+            policy_status: vec![],
+            error: None,
+        }
+    }
+
+    /// A phase whose nodes took `ms` each (every latency the same: p50 = p99 = ms).
+    fn phase(runner: &str, kind: &str, secs: f64, ms: f64) -> PhaseResult {
+        PhaseResult {
+            name: kind.into(),
+            kind: kind.into(),
+            runner: runner.into(),
+            transitions: 1,
+            node_writes: 1.0,
+            secs,
+            latencies_ms: vec![ms; 10],
+            ..PhaseResult::default()
+        }
+    }
+
+    fn verdicts(r: &Report) -> Vec<(String, String, bool)> {
+        r.targets()
+            .into_iter()
+            .filter(|t| !t.what.contains("write") && !t.what.contains("5xx"))
+            .map(|t| (t.what, t.measured, t.ok))
+            .collect()
+    }
+
+    #[test]
+    fn the_goals_compare_the_operators_medians_with_the_baselines() {
+        let r = report(
+            5_000,
+            vec![
+                phase("baseline", "taint", 10.0, 100.0),
+                phase("baseline", "taint", 30.0, 300.0),
+                phase("baseline", "taint", 20.0, 200.0),
+                phase("operator", "taint", 21.0, 220.0),
+                phase("baseline", "cold start", 10.0, 1.0),
+                phase("operator", "cold start", 12.5, 1.0),
+            ],
+        );
+        let of = " (medians of 1 operator and 3 baseline rounds)";
+        assert_eq!(
+            verdicts(&r),
+            [
+                (format!("taint phase time{of} ≤ 1.05× baseline"), "1.05×".into(), true),
+                (format!("taint p50 latency{of} ≤ 1.10× baseline"), "1.10×".into(), true),
+                (format!("taint p99 latency{of} ≤ 1.10× baseline"), "1.10×".into(), true),
+                (
+                    "cold start, every node right (against 1 baseline list-and-patch runs) ≤ 1.20× baseline".into(),
+                    "1.25×".into(),
+                    false
+                ),
+                ("settled RSS ≤ 32 MiB".into(), "30.0 MiB".into(), true),
+            ]
+        );
+    }
+
+    #[test]
+    fn beyond_5000_nodes_the_memory_goals_are_64_settled_and_96_peak() {
+        let v = verdicts(&report(15_000, vec![]));
+        assert_eq!(
+            v,
+            [
+                ("settled RSS ≤ 64 MiB".into(), "30.0 MiB".into(), true),
+                ("peak RSS ≤ 96 MiB".into(), "100.0 MiB".into(), false),
+            ]
+        );
     }
 }
