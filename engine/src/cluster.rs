@@ -26,9 +26,28 @@ pub struct NodeCondition {
     pub type_: Sym,
     pub status: Sym,
     pub reason: Sym,
-    pub last_transition: Option<Timestamp>,
+    pub last_transition: Seconds,
     /// When its reporter last confirmed it; read by `staleAfter`.
-    pub last_heartbeat: Option<Timestamp>,
+    pub last_heartbeat: Seconds,
+}
+
+/// A condition's time, if it has one, in 8 bytes (jiff's `Option<Timestamp>` takes
+/// 24, and a node carries two per condition). The API sends these times to the
+/// second, so the second is all that is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(i64);
+
+impl Seconds {
+    const NONE: i64 = i64::MIN;
+
+    pub fn new(time: Option<Timestamp>) -> Self {
+        Seconds(time.map_or(Self::NONE, |t| t.as_second()))
+    }
+
+    pub fn get(self) -> Option<Timestamp> {
+        (self.0 != Self::NONE)
+            .then(|| Timestamp::from_second(self.0).expect("a second of a valid timestamp"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -64,8 +83,12 @@ impl NodeView {
                             type_: sym(&c.type_),
                             status: sym(&c.status),
                             reason: sym(c.reason.as_deref().unwrap_or_default()),
-                            last_transition: c.last_transition_time.as_ref().map(|t| t.0),
-                            last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| t.0),
+                            last_transition: Seconds::new(
+                                c.last_transition_time.as_ref().map(|t| t.0),
+                            ),
+                            last_heartbeat: Seconds::new(
+                                c.last_heartbeat_time.as_ref().map(|t| t.0),
+                            ),
                         })
                         .collect()
                 })
@@ -314,6 +337,16 @@ pub fn bound_node(pod: &Pod) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn condition_times_keep_their_second_and_their_absence() {
+        let t: Timestamp = "2026-11-20T12:00:07Z".parse().unwrap();
+        assert_eq!(Seconds::new(Some(t)).get(), Some(t));
+        assert_eq!(Seconds::new(None).get(), None);
+        let before_1970: Timestamp = "1969-12-31T23:59:59Z".parse().unwrap();
+        assert_eq!(Seconds::new(Some(before_1970)).get(), Some(before_1970));
+        assert_eq!(std::mem::size_of::<Seconds>(), 8);
+    }
 
     fn pod(name: &str, labels: &[(&str, &str)], ready: bool) -> PodView {
         PodView {

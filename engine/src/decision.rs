@@ -518,7 +518,8 @@ impl<'n> Reading<'n> {
     pub fn of(nc: &'n NodeCondition, stale_after: Option<Duration>, now: Timestamp) -> Self {
         let stale = stale_after.and_then(|d| {
             nc.last_heartbeat
-                .or(nc.last_transition)
+                .get()
+                .or(nc.last_transition.get())
                 .map(|seen| add(seen, d))
         });
         match stale {
@@ -530,7 +531,7 @@ impl<'n> Reading<'n> {
             },
             _ => Reading {
                 status: &nc.status,
-                since: nc.last_transition,
+                since: nc.last_transition.get(),
                 stale_since: None,
                 stale_at: stale,
             },

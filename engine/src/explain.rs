@@ -297,10 +297,9 @@ pub fn explain_node(
                     .collect(),
                 owns: node
                     .managed
-                    .0
                     .iter()
-                    .filter(|(_, owner)| **owner == p.name)
-                    .map(|(id, _)| id.clone())
+                    .filter(|(_, owner)| *owner == p.name)
+                    .map(|(id, _)| id.to_string())
                     .collect(),
                 matchers: rules
                     .map(|r| explain_matchers(r, node, now))

@@ -290,12 +290,13 @@ fn draft<'a>(
     // An entry whose taint is gone (someone removed it by hand) owns nothing; keeping
     // it would make the operator adopt, and later remove, a taint someone else adds
     // with the same key+effect.
-    if plan.managed.0.keys().any(|id| !has_taint(&plan.taints, id)) {
+    if plan
+        .managed
+        .iter()
+        .any(|(id, _)| !has_taint(&plan.taints, id))
+    {
         let taints = &plan.taints;
-        plan.managed
-            .to_mut()
-            .0
-            .retain(|id, _| has_taint(taints, id));
+        plan.managed.to_mut().retain(|id, _| has_taint(taints, id));
     }
 
     // Which active policies want their taints here, in policy order (the order of the notes).
@@ -339,7 +340,7 @@ fn draft<'a>(
             apply_present(&mut plan, set, id, taint, o.policy, reason, now, None);
         } else if plan.managed.owner(id).is_some() {
             remove_owned(&mut plan, id, &set.policies[o.policy].name, reason);
-            plan.managed.to_mut().0.remove(id);
+            plan.managed.to_mut().remove(id);
         }
     }
 
@@ -347,12 +348,11 @@ fn draft<'a>(
     // taint from its spec, or is gone.
     let orphans: Vec<(String, String)> = plan
         .managed
-        .0
         .iter()
         // An id some live policy owns was handled above (or is frozen by its inactive
         // owner), and so was a drain's stand-in.
-        .filter(|(id, _)| set.owner_of(id).is_none() && !stand_ins.contains(*id))
-        .map(|(id, owner)| (id.clone(), owner.clone()))
+        .filter(|(id, _)| set.owner_of(id).is_none() && !stand_ins.iter().any(|s| s == id))
+        .map(|(id, owner)| (id.to_string(), owner.to_string()))
         .collect();
     for (id, owner) in orphans {
         let reason = match set.index_of(&owner) {
@@ -365,7 +365,7 @@ fn draft<'a>(
             None => continue,
         };
         remove_owned(&mut plan, &id, &owner, || reason.to_string());
-        plan.managed.to_mut().0.remove(&id);
+        plan.managed.to_mut().remove(&id);
     }
 
     for (i, p) in set.policies.iter().enumerate() {
@@ -457,7 +457,7 @@ fn plan_drain(
                 format!("drain stopped: {}", policy_reason(set, eval, i))
             };
             remove_owned(plan, &stand_in_id, name, || why);
-            plan.managed.to_mut().0.remove(&stand_in_id);
+            plan.managed.to_mut().remove(&stand_in_id);
         }
     }
     if switch && step != DrainStep::Switched {
@@ -505,13 +505,13 @@ fn apply_present(
                 ));
             }
             if plan.managed.owner(id) != Some(name.as_str()) {
-                plan.managed.to_mut().0.insert(id.to_string(), name.clone());
+                plan.managed.to_mut().insert(id, name);
             }
         }
         (None, _) => {
             plan.taints.to_mut().push(new_taint(t, now));
             plan.added.push(change(t, name, reason(), then));
-            plan.managed.to_mut().0.insert(id.to_string(), name.clone());
+            plan.managed.to_mut().insert(id, name);
         }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use taint_operator_crd::TaintEffect;
 
-use crate::labels::{Sym, sym};
+use crate::labels::{LabelMap, Labels, Sym, sym};
 
 /// `<key>:<effect>`, the identity of a taint (the API server refuses two taints with both equal).
 pub fn taint_id(key: &str, effect: &str) -> String {
@@ -25,9 +25,13 @@ pub fn split_taint_id(id: &str) -> Option<(&str, TaintEffect)> {
     Some((key, TaintEffect::parse(effect)?))
 }
 
-/// Taint id → owning policy name.
+/// Taint id → owning policy name, sorted by id.
+///
+/// Interned as a whole, like a label set: the nodes that carry the same taints for
+/// the same policies (in a fleet, most of them) share one copy, where a map of
+/// their own cost each node about 800 bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ManagedTaints(pub BTreeMap<String, String>);
+pub struct ManagedTaints(Labels);
 
 impl ManagedTaints {
     /// A malformed annotation owns nothing: the operator then leaves those taints
@@ -43,17 +47,45 @@ impl ManagedTaints {
     }
 
     fn read(annotation: &str) -> Option<Self> {
-        serde_json::from_str(annotation).ok().map(ManagedTaints)
+        let map: BTreeMap<String, String> = serde_json::from_str(annotation).ok()?;
+        Some(ManagedTaints(Labels::from_map(Some(&map))))
     }
 
     /// The annotation value, or `None` when nothing is owned (the annotation is then removed).
     pub fn to_annotation(&self) -> Option<String> {
-        (!self.0.is_empty())
-            .then(|| serde_json::to_string(&self.0).expect("a string map serializes"))
+        (!self.is_empty())
+            .then(|| serde_json::to_string(&self.0.to_map()).expect("a string map serializes"))
     }
 
     pub fn owner(&self, id: &str) -> Option<&str> {
-        self.0.get(id).map(String::as_str)
+        self.0.get(id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every (taint id, owning policy), sorted by id.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.sorted()
+    }
+
+    /// Records `policy` as the owner of taint `id`.
+    pub fn insert(&mut self, id: &str, policy: &str) {
+        // A key given twice keeps its last value.
+        self.0 = Labels::new(self.0.sorted().chain([(id, policy)]));
+    }
+
+    /// Keeps the entries `keep` says yes to.
+    pub fn retain(&mut self, keep: impl Fn(&str, &str) -> bool) {
+        self.0 = Labels::new(self.0.sorted().filter(|(id, owner)| keep(id, owner)));
+    }
+
+    /// Forgets the owner of taint `id`.
+    pub fn remove(&mut self, id: &str) {
+        if self.owner(id).is_some() {
+            self.0 = Labels::new(self.0.sorted().filter(|(k, _)| *k != id));
+        }
     }
 }
 
@@ -265,6 +297,28 @@ mod tests {
             ManagedTaints::default()
         );
         assert_eq!(ManagedTaints::default().to_annotation(), None);
+    }
+
+    #[test]
+    fn managed_taints_change_by_entry_and_stay_sorted() {
+        let mut m = ManagedTaints::parse(Some(r#"{"b:NoSchedule":"p1"}"#));
+        m.insert("a:NoExecute", "p2");
+        m.insert("b:NoSchedule", "p3");
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            [("a:NoExecute", "p2"), ("b:NoSchedule", "p3")]
+        );
+        assert_eq!(
+            m.to_annotation().as_deref(),
+            Some(r#"{"a:NoExecute":"p2","b:NoSchedule":"p3"}"#)
+        );
+        m.retain(|id, _| id.starts_with('a'));
+        assert_eq!(m.iter().collect::<Vec<_>>(), [("a:NoExecute", "p2")]);
+        m.remove("nope");
+        m.remove("a:NoExecute");
+        assert!(m.is_empty());
+        assert_eq!(m, ManagedTaints::default());
+        assert_eq!(m.to_annotation(), None);
     }
 
     #[test]

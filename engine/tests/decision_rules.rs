@@ -354,7 +354,7 @@ fn readiness_satisfied_removes_owned_taints() {
         plan.node("n1").removed_list(),
         ["example.com/not-ready:NoSchedule"]
     );
-    assert!(plan.node("n1").managed.0.is_empty());
+    assert!(plan.node("n1").managed.is_empty());
 }
 
 #[test]
@@ -669,7 +669,7 @@ fn unselected_node_loses_owned_taints() {
     assert_eq!(plan.node("n1").removed_list(), [ID]);
     assert_eq!(plan.node("n1").removed[0].reason, "node is not selected");
     assert_eq!(plan.node("n1").taint_list(), ["admin=x:NoSchedule"]);
-    assert!(plan.node("n1").managed.0.is_empty());
+    assert!(plan.node("n1").managed.is_empty());
     assert_quiet_after_apply(w);
 }
 
@@ -837,7 +837,7 @@ fn foreign_identical_taint_is_not_adopted_when_the_policy_wants_it() {
     let np = plan.node("n1");
     assert!(np.is_noop());
     assert_eq!(np.taint_list(), ["example.com/broken=yes:NoSchedule"]);
-    assert!(np.managed.0.is_empty(), "ownership must not be written");
+    assert!(np.managed.is_empty(), "ownership must not be written");
     assert!(!np.changes(&w.views()[0]));
 }
 
@@ -854,7 +854,7 @@ fn foreign_taint_with_other_value_is_not_overwritten() {
     let np = plan.node("n1");
     assert!(np.is_noop());
     assert_eq!(np.taint_list(), ["example.com/broken=admin-set:NoSchedule"]);
-    assert!(np.managed.0.is_empty());
+    assert!(np.managed.is_empty());
     assert!(
         np.notes.iter().any(|n| n.contains("someone else")),
         "{:?}",
@@ -1061,7 +1061,7 @@ fn conflict_loser_does_not_touch_the_taint() {
         .node(node("n1").condition("A", "False").condition("B", "True"))
         .plan();
     assert!(plan.node("n1").taints.is_empty());
-    assert!(plan.node("n1").managed.0.is_empty());
+    assert!(plan.node("n1").managed.is_empty());
 }
 
 #[test]
@@ -1211,7 +1211,7 @@ fn deleting_policy_removes_its_owned_taints_and_entries() {
     assert_eq!(n1.removed_list(), [ID]);
     assert_eq!(n1.removed[0].reason, "policy is being deleted");
     assert_eq!(n1.taint_list(), ["admin=x:NoSchedule"]);
-    assert!(n1.managed.0.is_empty());
+    assert!(n1.managed.is_empty());
     assert!(plan.node("n2").is_noop(), "a deleting policy adds nothing");
     assert_quiet_after_apply(w);
 }
@@ -1228,7 +1228,7 @@ fn owned_taint_of_unknown_policy_is_removed_with_remove() {
     assert_eq!(plan.node("n1").removed[0].policy, "gone");
     assert_eq!(plan.node("n1").removed[0].reason, "policy no longer exists");
     assert_eq!(plan.node("n1").taint_list(), ["admin=x:NoSchedule"]);
-    assert!(plan.node("n1").managed.0.is_empty());
+    assert!(plan.node("n1").managed.is_empty());
 }
 
 #[test]

@@ -268,7 +268,7 @@ proptest! {
                 prop_assert_eq!(n, ids.len(), "{}: duplicate taints {:?}", before.name, np.taints);
                 // A healed node keeps nothing of the policy.
                 if !broken {
-                    prop_assert!(np.managed.0.is_empty(), "{}: still owns {:?}", before.name, np.managed);
+                    prop_assert!(np.managed.is_empty(), "{}: still owns {:?}", before.name, np.managed);
                     prop_assert!(np.drains.is_empty(), "{}: drain record kept", before.name);
                 }
             }

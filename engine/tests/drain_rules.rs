@@ -153,7 +153,7 @@ fn a_node_that_heals_mid_drain_loses_the_stand_in_and_the_record() {
         "{:?}",
         n1.removed
     );
-    assert!(n1.drains.is_empty() && n1.managed.0.is_empty());
+    assert!(n1.drains.is_empty() && n1.managed.is_empty());
     w.apply(&plan);
     assert_eq!(
         annotation(w.node_named("n1"), DRAIN_STARTED_ANNOTATION),
@@ -323,7 +323,7 @@ fn a_foreign_no_schedule_with_the_same_key_is_left_alone_and_the_drain_goes_on()
         first.node("n1").taint_list(),
         ["example.com/nic=admin:NoSchedule"]
     );
-    assert!(first.node("n1").managed.0.is_empty());
+    assert!(first.node("n1").managed.is_empty());
     let second = w2.plan_at(at(1));
     assert_eq!(
         second.node("n1").taint_list(),
@@ -345,7 +345,7 @@ fn deleting_the_policy_mid_drain_removes_the_stand_in_and_the_record() {
                 .drain_started("p", "2026-11-20T11:59:00Z"),
         );
     let n1 = w.plan().node("n1").clone();
-    assert!(n1.taints.is_empty() && n1.drains.is_empty() && n1.managed.0.is_empty());
+    assert!(n1.taints.is_empty() && n1.drains.is_empty() && n1.managed.is_empty());
 }
 
 #[test]

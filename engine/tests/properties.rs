@@ -648,7 +648,7 @@ fn check_well_formed(plan: &NodePlan) {
             plan.taints
         );
     }
-    for (id, owner) in &plan.managed.0 {
+    for (id, owner) in plan.managed.iter() {
         assert!(
             ids.contains(id),
             "node {}: ownership entry {id} -> {owner} without the taint: {:?}",

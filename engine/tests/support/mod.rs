@@ -305,9 +305,8 @@ impl NodePlanExt for NodePlan {
 
     fn managed_list(&self) -> Vec<(String, String)> {
         self.managed
-            .0
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
 

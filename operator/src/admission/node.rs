@@ -73,7 +73,7 @@ pub fn node_patch(set: &PolicySet, node: &Node) -> (Vec<Value>, Vec<String>) {
                 effect: t.effect.as_str().into(),
                 time_added: None,
             });
-            managed.0.insert(id.clone(), p.name.clone());
+            managed.insert(&id, &p.name);
             added.push(format!("{} ({})", t.display(), p.name));
         }
     }

@@ -20,8 +20,8 @@ use taint_operator_crd::{
 };
 
 use engine::{
-    cluster::{NodeCondition, NodeView},
-    labels::{Labels, sym},
+    cluster::{NodeCondition, NodeView, Seconds},
+    labels::{Labels, Sym, sym},
     ownership::{Bootstrapped, DrainStarts, ManagedTaints},
 };
 
@@ -37,13 +37,14 @@ pub struct CachedNode {
 
 /// The operator's three annotations as the node has them, verbatim: the writer
 /// compares them with what it would write. `any` says whether the node has an
-/// annotation map at all, which decides how the writer adds one.
+/// annotation map at all, which decides how the writer adds one. Interned: nodes
+/// in the same state carry the same text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OurAnnotations {
     pub any: bool,
-    pub managed: Option<Box<str>>,
-    pub bootstrapped: Option<Box<str>>,
-    pub drain_started: Option<Box<str>>,
+    pub managed: Option<Sym>,
+    pub bootstrapped: Option<Sym>,
+    pub drain_started: Option<Sym>,
 }
 
 impl OurAnnotations {
@@ -60,7 +61,7 @@ impl OurAnnotations {
         let Some(mut map) = map else {
             return OurAnnotations::default();
         };
-        let mut take = |k: &str| map.remove(k).map(String::into_boxed_str);
+        let mut take = |k: &str| map.remove(k).map(|v| sym(&v));
         OurAnnotations {
             managed: take(MANAGED_TAINTS_ANNOTATION),
             bootstrapped: take(BOOTSTRAPPED_ANNOTATION),
@@ -90,7 +91,7 @@ impl CachedNode {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(key))
-                .map(|v| Box::from(v.as_str()))
+                .map(|v| sym(v))
         };
         CachedNode {
             meta: ObjectMeta {
@@ -156,22 +157,24 @@ impl<'de> Deserialize<'de> for CachedNode {
             status,
         } = NodeWire::deserialize(d)?;
         let annotations = OurAnnotations::from_map(m.annotations);
+        // Exact capacities: the decoder grows its vectors by doubling, and collecting
+        // the conditions would otherwise reuse the larger wire vector in place.
+        let mut taints = spec.and_then(|s| s.taints).unwrap_or_default();
+        taints.shrink_to_fit();
+        let wire_conditions = status.and_then(|s| s.conditions).unwrap_or_default();
+        let mut conditions = Vec::with_capacity(wire_conditions.len());
+        conditions.extend(wire_conditions.into_iter().map(|c| NodeCondition {
+            type_: sym(&c.type_),
+            status: sym(&c.status),
+            reason: sym(c.reason.as_deref().unwrap_or_default()),
+            last_transition: Seconds::new(c.last_transition_time.map(|t| t.0)),
+            last_heartbeat: Seconds::new(c.last_heartbeat_time.map(|t| t.0)),
+        }));
         let view = NodeView {
             name: m.name.clone().unwrap_or_default(),
             labels: Labels::from_map(m.labels.as_ref()),
-            taints: spec.and_then(|s| s.taints).unwrap_or_default(),
-            conditions: status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| NodeCondition {
-                    type_: sym(&c.type_),
-                    status: sym(&c.status),
-                    reason: sym(c.reason.as_deref().unwrap_or_default()),
-                    last_transition: c.last_transition_time.map(|t| t.0),
-                    last_heartbeat: c.last_heartbeat_time.map(|t| t.0),
-                })
-                .collect(),
+            taints,
+            conditions,
             managed: ManagedTaints::parse(annotations.managed.as_deref()),
             bootstrapped: Bootstrapped::parse(annotations.bootstrapped.as_deref()),
             drains: DrainStarts::parse(annotations.drain_started.as_deref()),

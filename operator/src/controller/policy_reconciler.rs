@@ -77,7 +77,7 @@ pub fn error_policy(policy: Arc<TaintPolicy>, error: &Error, ctx: Arc<Context>) 
 
 /// True when the node records a taint, a completion or a drain of `policy`.
 pub fn mentions(node: &CachedNode, policy: &str) -> bool {
-    node.view.managed.0.values().any(|p| p == policy)
+    node.view.managed.iter().any(|(_, p)| p == policy)
         || node.view.bootstrapped.contains(policy)
         || node.view.drains.started(policy).is_some()
 }

@@ -1,0 +1,178 @@
+//! Heap bytes the node cache holds per node, at the scale test's size: 5,000 nodes
+//! as `scale` makes them (ten labels, one of them the node's own name, seven
+//! conditions, three foreign annotations, forty images), each carrying the three
+//! taints the benchmark's policies keep on every node and the operator's
+//! ownership annotation for them.
+//!
+//! Memory, not time: the count is deterministic, so it can fail on a bound. Every
+//! allocation goes through the counting allocator below; the figure is what is
+//! still allocated once the nodes are decoded from their JSON and stored as the
+//! node cache stores them (one `Arc` per node in a map keyed by name), minus what
+//! was before (the JSON texts are built first and not counted).
+//!
+//! Run: `cargo test -p taint-operator --test node_cache_memory -- --nocapture`.
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicIsize, Ordering},
+    },
+};
+
+use serde_json::json;
+use taint_operator::cache::node_cache::CachedNode;
+use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
+
+/// The system allocator, counting the bytes asked for that are still allocated.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is passed on to `System` unchanged; only the count is added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const NODES: usize = 5_000;
+
+/// Fails the test above this: what a node takes now (1,975), with a little room.
+/// It took 3,026 while each node had its own map of owned taints and its own
+/// copies of the operator's annotations, and kept condition times in 24 bytes.
+const MAX_BYTES_PER_NODE: f64 = 2_075.0;
+
+/// Node `i` as the API server sends it.
+fn node_json(i: usize) -> Vec<u8> {
+    let name = format!("scale-{i:05}");
+    let t = "2026-01-01T00:00:00Z";
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({"type": type_, "status": status, "reason": reason,
+               "message": format!("{type_} is {status}"),
+               "lastHeartbeatTime": t, "lastTransitionTime": t})
+    };
+    let images: Vec<_> = (0..40)
+        .map(|k| {
+            let repo = format!("registry.example.com/team-{}/service-{k}", k % 7);
+            json!({"names": [format!("{repo}@sha256:{:064x}", i * 40 + k), format!("{repo}:v1.{}", k % 13)],
+                   "sizeBytes": 20_000_000 + k * 1000})
+        })
+        .collect();
+    let managed = json!({
+        "bench.io/always:PreferNoSchedule": "bench-always",
+        "bench.io/bootstrap:NoExecute": "bench-bootstrap",
+        "bench.io/not-ready:NoSchedule": "bench-ready",
+    });
+    serde_json::to_vec(&json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": format!("6f1c2d3e-4b5a-4c6d-8e7f-{i:012x}"),
+            "resourceVersion": format!("{}", 1_000_000 + i * 7),
+            "creationTimestamp": t,
+            "labels": {
+                "bench.io/scale": "true",
+                "bench.io/group": format!("g{}", i % 4),
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "m5.2xlarge",
+                "topology.kubernetes.io/region": "bench-1",
+                "topology.kubernetes.io/zone": format!("bench-1{}", ["a", "b", "c"][i % 3]),
+            },
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                "csi.volume.kubernetes.io/nodeid": format!("{{\"ebs.csi.aws.com\":\"i-{i:017x}\"}}"),
+                MANAGED_TAINTS_ANNOTATION: managed.to_string(),
+                BOOTSTRAPPED_ANNOTATION: "{}",
+            },
+        },
+        "spec": {
+            "providerID": format!("aws:///bench-1a/i-{i:017x}"),
+            "taints": [
+                {"key": "bench.io/not-ready", "effect": "NoSchedule"},
+                {"key": "bench.io/bootstrap", "value": "initializing", "effect": "NoExecute", "timeAdded": t},
+                {"key": "bench.io/always", "value": "yes", "effect": "PreferNoSchedule"},
+            ],
+        },
+        "status": {
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+                condition("Ready", "True", "KubeletReady"),
+                condition("NetworkUnavailable", "False", "RouteCreated"),
+                condition("BenchFault", "False", "BenchHealthy"),
+                condition("BaselineFault", "False", "BaselineHealthy"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": format!("10.20.{}.{}", i / 256, i % 256)}],
+            "capacity": {"cpu": "8", "memory": "32817164Ki", "pods": "110"},
+            "nodeInfo": {"kubeletVersion": "v1.36.2", "osImage": "Bench Linux"},
+            "images": images,
+        },
+    }))
+    .expect("a node serializes")
+}
+
+fn main() {
+    let texts: Vec<Vec<u8>> = (0..NODES).map(node_json).collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut cache: HashMap<String, Arc<CachedNode>> = HashMap::new();
+    for text in &texts {
+        let node: CachedNode = serde_json::from_slice(text).expect("a node decodes");
+        // kube's reflector stores a clone of what the watch decoded.
+        cache.insert(node.name().to_string(), Arc::new(node.clone()));
+    }
+    cache.shrink_to_fit();
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let per_node = bytes as f64 / NODES as f64;
+    println!(
+        "node cache: {} nodes hold {bytes} heap bytes, {per_node:.0} per node ({} bytes in the node itself)",
+        cache.len(),
+        std::mem::size_of::<CachedNode>()
+    );
+    println!(
+        "sizes: NodeView {}, NodeCondition {}, Taint {}, ObjectMeta {}",
+        std::mem::size_of::<engine::cluster::NodeView>(),
+        std::mem::size_of::<engine::cluster::NodeCondition>(),
+        std::mem::size_of::<k8s_openapi::api::core::v1::Taint>(),
+        std::mem::size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
+    );
+    let sample = &cache["scale-00007"];
+    assert_eq!(sample.taints().len(), 3);
+    assert_eq!(
+        sample.view.managed.owner("bench.io/bootstrap:NoExecute"),
+        Some("bench-bootstrap")
+    );
+    assert!(
+        per_node <= MAX_BYTES_PER_NODE,
+        "{per_node:.0} bytes per node, more than {MAX_BYTES_PER_NODE}"
+    );
+}
