@@ -179,6 +179,7 @@ async fn watch_pods(
     // What a relist is rebuilding: after it, the cache forgets what this watch
     // reported before and no longer does.
     let mut relist: Option<HashSet<(String, String)>> = None;
+    let mut list_started = std::time::Instant::now();
     let key = |p: &Pod| {
         (
             p.metadata.namespace.clone().unwrap_or_default(),
@@ -194,13 +195,23 @@ async fn watch_pods(
     while let Some(event) = stream.next().await {
         restarts.observe(&metrics, &event);
         match event {
-            Ok(Event::Init) => relist = Some(HashSet::new()),
+            Ok(Event::Init) => {
+                relist = Some(HashSet::new());
+                list_started = std::time::Instant::now();
+            }
             Ok(Event::InitApply(pod)) => {
                 relist.get_or_insert_with(HashSet::new).insert(key(&pod));
                 send(cache.write().expect("pod cache lock").upsert(id, &pod));
             }
             Ok(Event::InitDone) => {
                 let fresh = relist.take().unwrap_or_default();
+                // A replica taking over writes nothing until every list is in.
+                tracing::info!(
+                    selector = %selector,
+                    pods = fresh.len(),
+                    seconds = list_started.elapsed().as_secs_f64(),
+                    "listed pods"
+                );
                 let nodes = cache
                     .write()
                     .expect("pod cache lock")

@@ -93,6 +93,7 @@ pub async fn follow_nodes<S>(
     let mut stream = events.inspect(joined).reflect(writer).boxed();
     // The names a list in progress has brought, queued when it is done.
     let mut listed: Vec<String> = Vec::new();
+    let mut list_started = std::time::Instant::now();
     let mut restarts = RestartCounter::new("nodes");
     while let Some(event) = stream.next().await {
         restarts.observe(&ctx.metrics, &event);
@@ -111,6 +112,7 @@ pub async fn follow_nodes<S>(
             }
             Ok(Event::Init) => {
                 listed.clear();
+                list_started = std::time::Instant::now();
                 continue;
             }
             Ok(Event::InitApply(n)) => {
@@ -120,6 +122,12 @@ pub async fn follow_nodes<S>(
             Ok(Event::InitDone) => {
                 ctx.nodes_synced
                     .store(true, std::sync::atomic::Ordering::Release);
+                // A replica taking over writes nothing until every list is in.
+                tracing::info!(
+                    nodes = listed.len(),
+                    seconds = list_started.elapsed().as_secs_f64(),
+                    "listed nodes"
+                );
                 std::mem::take(&mut listed)
             }
             Err(e) => {
