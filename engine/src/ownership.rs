@@ -78,14 +78,14 @@ impl ManagedTaints {
 
     /// Keeps the entries `keep` says yes to.
     pub fn retain(&mut self, keep: impl Fn(&str, &str) -> bool) {
-        self.0 = Labels::new(self.0.sorted().filter(|(id, owner)| keep(id, owner)));
+        if !self.0.sorted().all(|(id, owner)| keep(id, owner)) {
+            self.0 = Labels::new(self.0.sorted().filter(|(id, owner)| keep(id, owner)));
+        }
     }
 
     /// Forgets the owner of taint `id`.
     pub fn remove(&mut self, id: &str) {
-        if self.owner(id).is_some() {
-            self.0 = Labels::new(self.0.sorted().filter(|(k, _)| *k != id));
-        }
+        self.retain(|k, _| k != id);
     }
 }
 

@@ -5,59 +5,22 @@
 //! ownership annotation for them.
 //!
 //! Memory, not time: the count is deterministic, so it can fail on a bound. Every
-//! allocation goes through the counting allocator below; the figure is what is
-//! still allocated once the nodes are decoded from their JSON and stored as the
-//! node cache stores them (one `Arc` per node in a map keyed by name), minus what
-//! was before (the JSON texts are built first and not counted).
+//! allocation goes through the counting allocator (`common/counting_allocator.rs`);
+//! the figure is what is still allocated once the nodes are decoded from their
+//! JSON and stored as kube's reflector stores them (a clone of each in an `Arc`, in
+//! a map keyed by name), minus what was before (the JSON texts are built first
+//! and not counted).
 //!
 //! Run: `cargo test -p taint-operator --test node_cache_memory -- --nocapture`.
 
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    collections::HashMap,
-    sync::{
-        Arc,
-        atomic::{AtomicIsize, Ordering},
-    },
-};
+use std::{collections::HashMap, sync::Arc};
 
 use serde_json::json;
 use taint_operator::cache::node_cache::CachedNode;
 use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
 
-/// The system allocator, counting the bytes asked for that are still allocated.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed on to `System` unchanged; only the count is added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "common/counting_allocator.rs"]
+mod counting_allocator;
 
 const NODES: usize = 5_000;
 
@@ -143,7 +106,7 @@ fn node_json(i: usize) -> Vec<u8> {
 
 fn main() {
     let texts: Vec<Vec<u8>> = (0..NODES).map(node_json).collect();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_allocator::live();
     let mut cache: HashMap<String, Arc<CachedNode>> = HashMap::new();
     for text in &texts {
         let node: CachedNode = serde_json::from_slice(text).expect("a node decodes");
@@ -151,7 +114,7 @@ fn main() {
         cache.insert(node.name().to_string(), Arc::new(node.clone()));
     }
     cache.shrink_to_fit();
-    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let bytes = counting_allocator::live() - before;
     let per_node = bytes as f64 / NODES as f64;
     println!(
         "node cache: {} nodes hold {bytes} heap bytes, {per_node:.0} per node ({} bytes in the node itself)",

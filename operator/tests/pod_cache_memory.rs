@@ -3,54 +3,19 @@
 //! reported by the one watch that selects its DaemonSet.
 //!
 //! Memory, not time: the count is deterministic, so it can fail on a bound. Every
-//! allocation goes through the counting allocator below; the figure is what is
-//! still allocated after the pods were cached minus what was before (the `Pod`
-//! objects themselves are built first and not counted).
+//! allocation goes through the counting allocator (`common/counting_allocator.rs`);
+//! the figure is what is still allocated after the pods were cached minus what was
+//! before (the `Pod` objects themselves are built first and not counted).
 //!
 //! Run: `cargo test -p taint-operator --test pod_cache_memory -- --nocapture`.
 
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    collections::HashSet,
-    sync::atomic::{AtomicIsize, Ordering},
-};
+use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use taint_operator::cache::pod_cache::PodCache;
 
-/// The system allocator, counting the bytes asked for that are still allocated.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed on to `System` unchanged; only the count is added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "common/counting_allocator.rs"]
+mod counting_allocator;
 
 const NODES: usize = 5_000;
 const NAMESPACE: &str = "kube-system";
@@ -128,12 +93,12 @@ fn pods() -> Vec<(u64, Pod)> {
 
 fn main() {
     let pods = pods();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_allocator::live();
     let mut cache = PodCache::default();
     for (watch, pod) in &pods {
         cache.upsert(*watch, pod);
     }
-    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let bytes = counting_allocator::live() - before;
     let per_pod = bytes as f64 / pods.len() as f64;
     println!(
         "pod cache: {} pods on {NODES} nodes hold {bytes} heap bytes, {per_pod:.0} per pod",

@@ -250,6 +250,17 @@ async fn metrics_after_a_reconcile() -> Metrics {
 }
 
 #[tokio::test]
+async fn each_status_computation_is_timed_once() {
+    // The scenario runs one status refresh over its three nodes.
+    let text = scrape(metrics_after_a_reconcile().await).await;
+    assert!(
+        text.lines()
+            .any(|l| l == "taint_operator_status_computation_seconds_count 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn every_metric_the_alerts_and_the_dashboard_query_is_exported() {
     let exported = scraped_names(&scrape(metrics_after_a_reconcile().await).await);
     // The scenario is what gives the families samples; without them this test
