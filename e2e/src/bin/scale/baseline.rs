@@ -20,7 +20,9 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    Args, Result, client_from,
+    Args, Result,
+    apiserver_metrics::{closed_since, watchers_closed},
+    client_from,
     load::flip_condition,
     model::{
         BASELINE_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, fault_taints_by_group,
@@ -178,6 +180,7 @@ const COLD_PAGE: u32 = 500;
 #[allow(clippy::too_many_arguments)]
 async fn cold_start(
     args: &Args,
+    client: &Client,
     kubeconfig: &Path,
     defs: &[PolicyDef],
     observer: &Observer,
@@ -191,6 +194,7 @@ async fn cold_start(
     world.baseline_standing = true;
     let events_before = observer.events();
     let cpu_before = probes.snapshot();
+    let closed_before = watchers_closed(client).await?;
     observer.begin(expected_all(defs, n, *world));
     let counters = Arc::new(BaselineCounters::default());
     let standing = Arc::new(standing_taints(defs));
@@ -240,6 +244,7 @@ async fn cold_start(
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&cpu_before),
         cpu_to_right,
+        watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
         ..PhaseResult::default()
     });
     Ok(())
@@ -284,6 +289,7 @@ pub(crate) async fn baseline_rounds(
     let timeout = Duration::from_secs(args.phase_timeout_secs);
     cold_start(
         args,
+        client,
         kubeconfig,
         defs,
         observer,
@@ -317,6 +323,7 @@ pub(crate) async fn baseline_rounds(
         let conflicts_before = counters.conflicts.load(Ordering::Relaxed);
         let events_before = observer.events();
         let cpu_before = probes.snapshot();
+        let closed_before = watchers_closed(client).await?;
         observer.begin(expected_all(defs, n, world));
         let t0 = Instant::now();
         let changes = flip_condition(
@@ -365,6 +372,7 @@ pub(crate) async fn baseline_rounds(
             other_cpu: probes.since(&cpu_before),
             cpu_to_right,
             node_bytes,
+            watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
             ..PhaseResult::default()
         });
     }

@@ -18,6 +18,7 @@ use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, Tai
 
 use crate::{
     Args, PodStatusMode, Result,
+    apiserver_metrics::{closed_since, watchers_closed},
     baseline::baseline_rounds,
     client_from,
     load::{flip_condition, ready_critical_pods},
@@ -254,6 +255,9 @@ async fn operator_phases(
     // count in that phase and do not go out during the next one.
     let settle_quiet = Duration::from_secs(4);
     let settle_max = Duration::from_secs(60);
+    // Read within milliseconds of the operator's start: no watch of its is old
+    // enough to have been closed yet.
+    let mut closed_before = watchers_closed(client).await?;
 
     // ---- cold start
     let ready_at = {
@@ -297,6 +301,7 @@ async fn operator_phases(
         other_cpu: probes.since(&cold_cpu),
         cpu_to_right: cold_to_right,
         node_bytes: Some(sample_node_bytes(client, n).await?),
+        watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
     });
     let mut before = m_cold;
 
@@ -318,6 +323,7 @@ async fn operator_phases(
         }
         let cpu_before = op.sample().cpu_secs;
         let others_before = probes.snapshot();
+        closed_before = watchers_closed(client).await?;
         op.take_peak_kib();
         let events_before = observer.events();
         observer.begin(expected_all(defs, n, world));
@@ -383,6 +389,7 @@ async fn operator_phases(
             other_cpu: probes.since(&others_before),
             cpu_to_right,
             node_bytes: Some(sample_node_bytes(client, n).await?),
+            watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
         });
         before = after;
     }
@@ -391,6 +398,7 @@ async fn operator_phases(
     eprintln!("scale: quiet period: {} s", args.quiet_secs);
     let cpu_before = op.sample().cpu_secs;
     let others_before = probes.snapshot();
+    let closed_before = watchers_closed(client).await?;
     op.take_peak_kib();
     let events_before = observer.events();
     tokio::time::sleep(Duration::from_secs(args.quiet_secs)).await;
@@ -408,6 +416,7 @@ async fn operator_phases(
         rss_end_kib: Some(s.rss_kib),
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&others_before),
+        watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
         ..PhaseResult::default()
     });
     report.settled_rss_kib = Some(s.rss_kib);

@@ -49,6 +49,7 @@ macro_rules! bail {
 }
 
 // After `bail!`: a `macro_rules!` macro is only in scope below its definition.
+mod apiserver_metrics;
 mod baseline;
 mod driver;
 mod load;

@@ -39,6 +39,9 @@ pub(crate) struct OpMetrics {
     pub(crate) echoes_skipped: f64,
     /// Periodic resync passes started (each queues every node, spread out).
     pub(crate) resyncs: f64,
+    /// (watch, cause) -> watches that failed or listed again
+    /// (`taint_operator_watch_restarts_total`).
+    pub(crate) watch_restarts: BTreeMap<(String, String), f64>,
 }
 
 fn parse_labels(s: &str) -> BTreeMap<String, String> {
@@ -79,6 +82,13 @@ impl OpMetrics {
                 "taint_operator_node_queue_wait_seconds_sum" => m.queue_wait_secs += value,
                 "taint_operator_node_echoes_skipped_total" => m.echoes_skipped += value,
                 "taint_operator_resyncs_total" => m.resyncs += value,
+                "taint_operator_watch_restarts_total" => {
+                    let l = parse_labels(labels);
+                    let get = |k: &str| l.get(k).cloned().unwrap_or_default();
+                    *m.watch_restarts
+                        .entry((get("watch"), get("cause")))
+                        .or_default() += value;
+                }
                 "taint_operator_api_requests_total" => {
                     let l = parse_labels(labels);
                     let get = |k: &str| l.get(k).cloned().unwrap_or_default();
@@ -98,6 +108,11 @@ impl OpMetrics {
             *v -= before.requests.get(k).copied().unwrap_or(0.0);
         }
         requests.retain(|_, v| *v > 0.0);
+        let mut watch_restarts = self.watch_restarts.clone();
+        for (k, v) in watch_restarts.iter_mut() {
+            *v -= before.watch_restarts.get(k).copied().unwrap_or(0.0);
+        }
+        watch_restarts.retain(|_, v| *v > 0.0);
         OpMetrics {
             node_writes: self.node_writes - before.node_writes,
             node_write_conflicts: self.node_write_conflicts - before.node_write_conflicts,
@@ -110,6 +125,7 @@ impl OpMetrics {
             queue_wait_secs: self.queue_wait_secs - before.queue_wait_secs,
             echoes_skipped: self.echoes_skipped - before.echoes_skipped,
             resyncs: self.resyncs - before.resyncs,
+            watch_restarts,
         }
     }
 
@@ -297,4 +313,31 @@ pub(crate) fn operator_version(repo_root: &Path, bin: &Path) -> String {
             ""
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_restarts_are_read_by_watch_and_cause_and_subtracted() {
+        let before = OpMetrics::parse(
+            "# TYPE taint_operator_watch_restarts_total counter\n\
+             taint_operator_watch_restarts_total{watch=\"nodes\",cause=\"relist\"} 1\n",
+        );
+        let after = OpMetrics::parse(
+            "taint_operator_watch_restarts_total{watch=\"nodes\",cause=\"relist\"} 3\n\
+             taint_operator_watch_restarts_total{watch=\"pods\",cause=\"connection\"} 2\n\
+             taint_operator_api_requests_total{verb=\"watch\",resource=\"nodes\",code=\"200\"} 4\n",
+        );
+        let d = after.minus(&before);
+        let key = |w: &str, c: &str| (w.to_string(), c.to_string());
+        assert_eq!(d.watch_restarts.len(), 2);
+        assert_eq!(d.watch_restarts[&key("nodes", "relist")], 2.0);
+        assert_eq!(d.watch_restarts[&key("pods", "connection")], 2.0);
+        assert_eq!(
+            d.requests[&("watch".into(), "nodes".into(), "200".into())],
+            4.0
+        );
+    }
 }

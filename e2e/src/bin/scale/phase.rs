@@ -78,6 +78,9 @@ pub(crate) struct PhaseResult {
     pub(crate) per_node: Vec<(f64, f64)>,
     /// Mean JSON bytes of a sampled node once every node was right.
     pub(crate) node_bytes: Option<f64>,
+    /// Resource -> watches the API server closed for falling behind during the
+    /// phase, any client's (the observer's and the runner's).
+    pub(crate) watchers_closed: BTreeMap<String, f64>,
 }
 
 impl PhaseResult {

@@ -452,6 +452,7 @@ impl Report {
                 fmt_opt(p.node_bytes, 0)
             );
         }
+        self.watches_section(w);
         let _ = writeln!(
             w,
             "\n### CPU seconds from the first change until every node is right (/proc)\n"
@@ -554,6 +555,71 @@ impl Report {
         s
     }
 
+    /// Why watches ended: the API server's closes of watchers that fell behind, the
+    /// operator's node watch requests (each end, clean or not, opens one) and its
+    /// counted failures and relists.
+    fn watches_section(&self, w: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(w, "\n### Watches that ended during a phase\n");
+        let _ = writeln!(
+            w,
+            "Closed by the API server: `apiserver_terminated_watchers_total`, watchers whose buffer \
+             stayed full past the dispatch budget, any client's (the operator's, the admin \
+             observer's, the baseline's). Node watches opened: the operator's \
+             `api_requests_total{{verb=\"watch\",resource=\"nodes\"}}`; a watch also ends at \
+             its 290 s timeout. Restarts: the operator's `watch_restarts_total` by watch and cause.\n"
+        );
+        let _ = writeln!(
+            w,
+            "| runner | phase | closed by the API server (nodes) | (pods) | (other) | node watches opened | operator restarts |"
+        );
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---|");
+        for p in self.phases.iter().chain(self.quiet.iter()) {
+            let of = |r: &str| p.watchers_closed.get(r).copied().unwrap_or(0.0);
+            let other: f64 = p
+                .watchers_closed
+                .iter()
+                .filter(|(r, _)| *r != "nodes" && *r != "pods")
+                .map(|(_, v)| v)
+                .fold(0.0, |a, b| a + b);
+            let opened = p
+                .requests
+                .requests
+                .iter()
+                .filter(|((verb, res, _), _)| verb == "watch" && res == "nodes")
+                .map(|(_, v)| v)
+                .fold(0.0, |a, b| a + b);
+            let restarts = p
+                .requests
+                .watch_restarts
+                .iter()
+                .map(|((watch, cause), v)| format!("{watch} {cause} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (opened, restarts) = if p.runner == "operator" {
+                (
+                    opened.to_string(),
+                    if restarts.is_empty() {
+                        "0".into()
+                    } else {
+                        restarts
+                    },
+                )
+            } else {
+                ("–".into(), "–".into())
+            };
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {} | {opened} | {restarts} |",
+                p.runner,
+                p.name,
+                of("nodes"),
+                of("pods"),
+                other
+            );
+        }
+    }
+
     pub(crate) fn json(&self) -> Value {
         let a = &self.args;
         let phase = |p: &PhaseResult| {
@@ -591,6 +657,10 @@ impl Report {
                 "observer_events": p.observer_events,
                 "other_cpu_seconds": p.other_cpu,
                 "cpu_seconds_to_right": p.cpu_to_right,
+                "watchers_closed_by_apiserver": p.watchers_closed,
+                "operator_watch_restarts": p.requests.watch_restarts.iter()
+                    .map(|((watch, cause), v)| json!({"watch": watch, "cause": cause, "count": v}))
+                    .collect::<Vec<_>>(),
                 "latency_by_change_time": p.timeline().iter()
                     .map(|(at, p50, max)| json!({"from_s": at, "p50_ms": p50, "max_ms": max}))
                     .collect::<Vec<_>>(),
