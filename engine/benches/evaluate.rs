@@ -928,7 +928,7 @@ fn fixture() -> Fixture {
         .iter()
         .zip(plan.node_plans(&views))
         .map(|(v, p)| NodeView {
-            taints: p.taints,
+            taints: p.taints.into(),
             managed: p.managed,
             bootstrapped: p.bootstrapped,
             ..v.clone()

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::{
-    api::core::v1::{Node, Pod, Taint},
+    api::core::v1::{Node, Pod},
     jiff::Timestamp,
 };
 use taint_operator_crd::{
@@ -17,6 +17,7 @@ use taint_operator_crd::{
 use crate::{
     labels::{Labels, Sym, sym},
     ownership::{Bootstrapped, DrainStarts, ManagedTaints},
+    taints::NodeTaints,
     thin_str::ThinStr,
 };
 
@@ -54,7 +55,7 @@ impl Seconds {
 pub struct NodeView {
     pub name: String,
     pub labels: Labels,
-    pub taints: Vec<Taint>,
+    pub taints: NodeTaints,
     pub conditions: Vec<NodeCondition>,
     pub managed: ManagedTaints,
     pub bootstrapped: Bootstrapped,
@@ -68,11 +69,12 @@ impl NodeView {
         NodeView {
             name: node.metadata.name.clone().unwrap_or_default(),
             labels: Labels::from_map(node.metadata.labels.as_ref()),
-            taints: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default(),
+            taints: NodeTaints::new(
+                node.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default(),
+            ),
             conditions: node
                 .status
                 .as_ref()

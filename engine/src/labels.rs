@@ -128,7 +128,7 @@ static INTERNED: LazyLock<Interned> = LazyLock::new(|| Interned {
 /// A set of shared values. Values no one else holds any more are dropped whenever
 /// the set has doubled since the last sweep, so a cluster whose nodes come and go
 /// does not grow it for good.
-struct Interner<T: ?Sized> {
+pub(crate) struct Interner<T: ?Sized> {
     inner: Mutex<InternerState<T>>,
 }
 
@@ -151,7 +151,7 @@ impl<T: ?Sized> Default for Interner<T> {
 }
 
 impl<T: ?Sized + Hash + Eq> Interner<T> {
-    fn intern(&self, value: Arc<T>) -> Arc<T> {
+    pub(crate) fn intern(&self, value: Arc<T>) -> Arc<T> {
         let mut state = self.inner.lock().expect("interner lock");
         if let Some(shared) = state.values.get(&value) {
             return shared.clone();

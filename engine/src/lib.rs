@@ -36,4 +36,5 @@ pub mod policy;
 pub mod policy_set;
 pub mod selector;
 pub mod short_str;
+pub mod taints;
 pub mod thin_str;

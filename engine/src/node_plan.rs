@@ -63,7 +63,7 @@ pub struct NodePlan {
 impl NodePlan {
     /// True when applying the plan changes the node: taints or annotations.
     pub fn changes(&self, node: &NodeView) -> bool {
-        self.taints != node.taints
+        self.taints[..] != node.taints[..]
             || self.managed != node.managed
             || self.bootstrapped != node.bootstrapped
             || self.drains != node.drains
@@ -195,7 +195,7 @@ pub fn plan_change(
 pub fn unchanged_plan(node: &NodeView) -> NodePlan {
     NodePlan {
         node: node.name.clone(),
-        taints: node.taints.clone(),
+        taints: node.taints.to_vec(),
         managed: node.managed.clone(),
         bootstrapped: node.bootstrapped.clone(),
         drains: node.drains.clone(),
@@ -275,7 +275,7 @@ fn draft<'a>(
 ) -> Draft<'a> {
     let mut plan = Draft {
         node,
-        taints: Cow::Borrowed(&node.taints),
+        taints: Cow::Borrowed(&node.taints[..]),
         managed: Cow::Borrowed(&node.managed),
         bootstrapped: Cow::Borrowed(&node.bootstrapped),
         drains: Cow::Borrowed(&node.drains),

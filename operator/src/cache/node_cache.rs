@@ -23,6 +23,7 @@ use engine::{
     cluster::{NodeCondition, NodeView, Seconds},
     labels::{Labels, Sym, sym},
     ownership::{Bootstrapped, DrainStarts, ManagedTaints},
+    taints::NodeTaints,
 };
 
 /// A node as the node cache keeps it.
@@ -159,8 +160,7 @@ impl<'de> Deserialize<'de> for CachedNode {
         let annotations = OurAnnotations::from_map(m.annotations);
         // Exact capacities: the decoder grows its vectors by doubling, and collecting
         // the conditions would otherwise reuse the larger wire vector in place.
-        let mut taints = spec.and_then(|s| s.taints).unwrap_or_default();
-        taints.shrink_to_fit();
+        let taints = NodeTaints::new(spec.and_then(|s| s.taints).unwrap_or_default());
         let wire_conditions = status.and_then(|s| s.conditions).unwrap_or_default();
         let mut conditions = Vec::with_capacity(wire_conditions.len());
         conditions.extend(wire_conditions.into_iter().map(|c| NodeCondition {
