@@ -21,7 +21,7 @@ use tower::limit::RateLimitLayer;
 use tracing::instrument::WithSubscriber;
 
 use crate::{
-    cache::{node_cache::CachedNode, pod_watch::PodWatches},
+    cache::{initial_list::InitialLists, node_cache::CachedNode, pod_watch::PodWatches},
     controller::{
         context::{Context, ContextOptions},
         node_events::EventPace,
@@ -228,7 +228,14 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let (all_nodes_tx, all_nodes_rx) = mpsc::unbounded_channel::<()>();
     let (node_reader, node_writer) = reflector::store::<CachedNode>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
-    let pod_watches = PodWatches::new(client.clone(), changed_nodes_tx.clone(), metrics.clone());
+    // Streamed while the API server streams; one refusal pages every later list.
+    let initial_lists = Arc::new(InitialLists::default());
+    let pod_watches = PodWatches::new(
+        client.clone(),
+        changed_nodes_tx.clone(),
+        metrics.clone(),
+        initial_lists.clone(),
+    );
     let ctx = Arc::new(Context::new(
         client.clone(),
         node_reader.clone(),
@@ -326,6 +333,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     tokio::spawn(drive_nodes(
         ctx.clone(),
         Api::<CachedNode>::all(client.clone()),
+        initial_lists,
         node_writer,
         changed_nodes_tx.clone(),
     ));

@@ -2,6 +2,7 @@
 //! nodes, the critical-pod index, the label-selected pod watches that feed it, and
 //! the decoding that keeps both small. Nothing here decides or writes.
 
+pub mod initial_list;
 pub mod node_cache;
 pub mod pod_cache;
 pub mod pod_watch;

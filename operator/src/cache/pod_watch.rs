@@ -10,7 +10,7 @@ use std::{
     },
 };
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client,
@@ -26,7 +26,10 @@ use crate::{
     cache::node_cache::CachedNode,
     cache::pod_cache::PodCache,
     cache::slim::SlimPod,
-    cache::watch::{RestartCounter, WatchBackoff, pod_list_pages, relist_at_once, slim_event},
+    cache::{
+        initial_list::{InitialLists, watch_with_initial_list},
+        watch::{RestartCounter, WatchBackoff, pod_list_pages, relist_at_once, slim_event},
+    },
     telemetry::metrics::Metrics,
 };
 use engine::policy_set::PolicySet;
@@ -48,6 +51,7 @@ pub struct PodWatches {
     /// Nodes to re-evaluate because one of their critical pods changed.
     changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
     metrics: Metrics,
+    lists: Arc<InitialLists>,
 }
 
 /// The watches a policy set needs: critical pods of every valid policy, dry runs included.
@@ -69,10 +73,12 @@ impl PodWatches {
         client: Client,
         changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
         metrics: Metrics,
+        lists: Arc<InitialLists>,
     ) -> Self {
         PodWatches {
             client,
             metrics,
+            lists,
             cache: Arc::default(),
             running: Mutex::default(),
             next_id: AtomicU64::new(1),
@@ -110,8 +116,13 @@ impl PodWatches {
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let synced = Arc::new(AtomicBool::new(false));
-            let task = tokio::spawn(watch_pods(
+            let events = watch_with_initial_list(
                 Api::<SlimPod>::namespaced(self.client.clone(), &key.0),
+                pod_list_pages().labels(&key.1),
+                self.lists.clone(),
+            );
+            let task = tokio::spawn(watch_pods(
+                events,
                 key.1.clone(),
                 id,
                 self.cache.clone(),
@@ -162,8 +173,10 @@ impl Drop for PodWatches {
     }
 }
 
+/// Follows one selector's pods (`events`, from `watch_with_initial_list`) into the
+/// pod cache.
 async fn watch_pods(
-    api: Api<SlimPod>,
+    events: BoxStream<'static, Result<Event<SlimPod>, watcher::Error>>,
     selector: String,
     id: u64,
     cache: Arc<RwLock<PodCache>>,
@@ -171,8 +184,7 @@ async fn watch_pods(
     changed: UnboundedSender<ObjectRef<CachedNode>>,
     metrics: Metrics,
 ) {
-    let config = pod_list_pages().labels(&selector);
-    let mut stream = relist_at_once(watcher::watcher(api, config))
+    let mut stream = relist_at_once(events)
         .backoff(WatchBackoff::default())
         .map_ok(|e| slim_event(e, |p: SlimPod| p.0))
         .boxed();

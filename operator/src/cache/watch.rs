@@ -120,15 +120,16 @@ impl Backoff for WatchBackoff {
     }
 }
 
-/// Node lists come in small pages: each page is held whole, as text and decoded,
-/// while it is read, and a kubelet's Node is about 10 kB of JSON.
+/// Node lists, where the API server does not stream them (see `initial_list`),
+/// come in small pages: each page is held whole, as text and decoded, while it is
+/// read, and a kubelet's Node is about 10 kB of JSON.
 pub fn node_list_pages() -> watcher::Config {
     watcher::Config::default().page_size(100)
 }
 
-/// Pod lists are label-selected, and an API server that reads them from etcd scans
-/// every pod of the namespace for each page: small pages would make the first sync
-/// take minutes at 150,000 pods. A pod is about 3 kB of JSON.
+/// Pod lists, where the API server does not stream them, are label-selected, and
+/// the API server scans the namespace's pods again for each page: small pages would
+/// make the first sync take minutes at 150,000 pods. A pod is about 3 kB of JSON.
 pub fn pod_list_pages() -> watcher::Config {
     watcher::Config::default().page_size(500)
 }

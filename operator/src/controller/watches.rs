@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::{
     cache::{
+        initial_list::{InitialLists, watch_with_initial_list},
         node_cache::CachedNode,
         watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
@@ -53,11 +54,12 @@ pub async fn feed_node_queue(
 pub async fn drive_nodes(
     ctx: Arc<Context>,
     api: Api<CachedNode>,
+    lists: Arc<InitialLists>,
     writer: Writer<CachedNode>,
     touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
 ) {
-    let events =
-        relist_at_once(watcher::watcher(api, node_list_pages())).backoff(WatchBackoff::default());
+    let events = relist_at_once(watch_with_initial_list(api, node_list_pages(), lists))
+        .backoff(WatchBackoff::default());
     follow_nodes(ctx, events, writer, touched).await
 }
 

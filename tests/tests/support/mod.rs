@@ -22,6 +22,7 @@ use kube::{
     },
 };
 use taint_operator::{
+    cache::initial_list::InitialLists,
     cache::node_cache::CachedNode,
     cache::pod_watch::PodWatches,
     controller::{
@@ -139,7 +140,13 @@ fn build_harness(
         client.clone(),
         node_store,
         policy_store,
-        PodWatches::new(client, changed_tx, metrics.clone()),
+        // The scripted API servers answer paged lists.
+        PodWatches::new(
+            client,
+            changed_tx,
+            metrics.clone(),
+            Arc::new(InitialLists::paged()),
+        ),
         metrics,
         synced_rx,
         ContextOptions {

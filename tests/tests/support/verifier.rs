@@ -59,6 +59,21 @@ impl Call {
         self.send.send_response(response);
     }
 
+    /// Answers a watch: one JSON document a line, as the API server streams them.
+    pub fn reply_lines(self, lines: &[Value]) {
+        let mut body = Vec::new();
+        for line in lines {
+            serde_json::to_writer(&mut body, line).expect("serializes");
+            body.push(b'\n');
+        }
+        let response = Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .expect("a valid response");
+        self.send.send_response(response);
+    }
+
     /// Answers with a `metav1.Status` failure, as the API server does.
     pub fn reply_status(self, status: &Value) {
         let code = status["code"].as_u64().expect("a Status has a code") as u16;
