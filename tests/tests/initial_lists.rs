@@ -95,28 +95,37 @@ async fn a_server_that_streams_sends_the_initial_list_as_watch_events() {
     assert!(lists.streaming());
 }
 
+/// kube-apiserver on an etcd older than 3.5.13: it takes the watch, then ends it
+/// with this error.
+async fn refuse_streaming(api: &mut ApiServerVerifier) {
+    expect_streamed_list(api).await.reply_lines(&[json!({
+        "type": "ERROR",
+        "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled",
+            "reason": "InternalError", "code": 500,
+        },
+    })]);
+}
+
+/// A paged list of nodes, answered in one page.
+async fn expect_paged_list(api: &mut ApiServerVerifier, items: Vec<Value>) {
+    api.expect(Method::GET, NODES, Some("limit=100"))
+        .await
+        .reply(
+            200,
+            &json!({"apiVersion": "v1", "kind": "NodeList",
+                "metadata": {"resourceVersion": "20"}, "items": items}),
+        );
+}
+
 #[tokio::test]
 async fn a_server_that_cannot_stream_is_listed_in_pages_from_then_on() {
     let lists = Arc::new(InitialLists::default());
     let seen = with_scripted_server(
         |mut api| async move {
-            // kube-apiserver on an etcd older than 3.5.13
-            expect_streamed_list(&mut api).await.reply_lines(&[json!({
-                "type": "ERROR",
-                "object": {
-                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled",
-                    "reason": "InternalError", "code": 500,
-                },
-            })]);
-            api.expect(Method::GET, NODES, Some("limit=100"))
-                .await
-                .reply(
-                    200,
-                    &json!({"apiVersion": "v1", "kind": "NodeList",
-                            "metadata": {"resourceVersion": "20"},
-                            "items": [node("n1", "11")]}),
-                );
+            refuse_streaming(&mut api).await;
+            expect_paged_list(&mut api, vec![node("n1", "11")]).await;
         },
         |client| first_list(client, lists.clone()),
     )
@@ -129,20 +138,21 @@ async fn a_server_that_cannot_stream_is_listed_in_pages_from_then_on() {
 
 #[tokio::test]
 async fn once_refused_every_later_watch_lists_in_pages_at_once() {
-    let lists = Arc::new(InitialLists::paged());
-    let seen = with_scripted_server(
+    let lists = Arc::new(InitialLists::default());
+    let (first, second) = with_scripted_server(
         |mut api| async move {
-            api.expect(Method::GET, NODES, Some("limit=100"))
-                .await
-                .reply(
-                    200,
-                    &json!({"apiVersion": "v1", "kind": "NodeList",
-                            "metadata": {"resourceVersion": "20"},
-                            "items": [node("n1", "11"), node("n2", "12")]}),
-                );
+            refuse_streaming(&mut api).await;
+            expect_paged_list(&mut api, vec![node("n1", "11")]).await;
+            // the second watch asks for no stream
+            expect_paged_list(&mut api, vec![node("n1", "11"), node("n2", "12")]).await;
         },
-        |client| first_list(client, lists.clone()),
+        |client| async {
+            let first = first_list(client.clone(), lists.clone()).await;
+            let second = first_list(client, lists.clone()).await;
+            (first, second)
+        },
     )
     .await;
-    assert_eq!(seen, ["init", "list n1", "list n2", "done"]);
+    assert_eq!(first, ["init", "init", "list n1", "done"]);
+    assert_eq!(second, ["init", "list n1", "list n2", "done"]);
 }

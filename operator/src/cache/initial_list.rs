@@ -38,7 +38,7 @@ pub struct InitialLists {
 }
 
 impl InitialLists {
-    /// Paged lists only, from the start (tests, and servers known not to stream).
+    /// Paged lists only, from the start: for tests whose scripted API servers answer pages.
     pub fn paged() -> Self {
         InitialLists {
             refused: AtomicBool::new(true),
