@@ -9,10 +9,10 @@ use std::{
 
 use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
-    Client,
+    Client, Resource,
     runtime::{
         events::{Event, Reporter},
-        reflector::Store,
+        reflector::{ObjectRef, Store},
     },
 };
 use taint_operator_crd::{FIELD_MANAGER, TaintPolicy};
@@ -24,6 +24,7 @@ use crate::{
     cache::pod_watch::PodWatches,
     controller::annotation_warnings::Reported,
     controller::cap_ledger::CapLedger,
+    controller::event_summary::TaintEvent,
     controller::node_events::{self, EventPace, EventQueue, WriteActivity},
     drain::ledger::DrainLedger,
     telemetry::metrics::Metrics,
@@ -126,6 +127,22 @@ pub struct ContextOptions {
     pub cleanup_grace: CleanupGrace,
 }
 
+/// The TaintPolicy a summary event is about, from the policy cache; a policy
+/// already gone is named without its uid.
+fn policy_ref(policies: Store<TaintPolicy>) -> node_events::PolicyRef {
+    Arc::new(move |name: &str| {
+        policies
+            .get(&ObjectRef::new(name))
+            .map(|p| p.object_ref(&()))
+            .unwrap_or_else(|| ObjectReference {
+                api_version: Some(TaintPolicy::api_version(&()).into_owned()),
+                kind: Some(TaintPolicy::kind(&()).into_owned()),
+                name: Some(name.to_string()),
+                ..ObjectReference::default()
+            })
+    })
+}
+
 impl Context {
     pub fn new(
         client: Client,
@@ -147,6 +164,7 @@ impl Context {
             node_writes.clone(),
             options.event_pace,
             metrics.events_dropped.clone(),
+            policy_ref(policies.clone()),
         );
         Context {
             events,
@@ -195,6 +213,11 @@ impl Context {
     /// Queues a node event; it goes out once the node writes are done.
     pub fn emit(&self, event: Event, reference: ObjectReference) {
         self.events.push(event, reference);
+    }
+
+    /// Queues a node's taint event; a burst of them is summarised per policy.
+    pub fn emit_taints(&self, event: TaintEvent) {
+        self.events.push_taints(event);
     }
 
     /// Shutdown, once no more node is written: sends the queued node events now,

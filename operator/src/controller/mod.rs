@@ -8,6 +8,7 @@ pub mod annotation_warnings;
 pub mod cap_ledger;
 pub mod context;
 pub mod error;
+pub mod event_summary;
 pub mod node_drains;
 pub mod node_events;
 pub mod node_queue;

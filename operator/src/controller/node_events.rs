@@ -4,19 +4,22 @@
 //! Every node write is explained by an event, and an event costs the API server
 //! about what a node write does (an etcd write). During a fleet-wide change the
 //! events would double the requests the writes compete with, so they wait until
-//! the writes are done: the publisher sends only once no node write has been
-//! pending for `QUIET`, or when an event has waited `MAX_DEFERRAL`, so a cluster
-//! that never goes quiet still gets its events. On shutdown the queue is sent at
-//! once (`WriteActivity::stop`, `EventQueue::drain`): a replica stopped right
-//! after a write would otherwise take that write's explanation with it.
+//! the writes are done: the publisher gathers them into a batch and sends it only
+//! once no node write has been pending for `QUIET`, or when its oldest event has
+//! waited `MAX_DEFERRAL`, so a cluster that never goes quiet still gets its events.
+//! A batch's taint events are summarised per policy when many nodes share a change
+//! (`event_summary`): a change to 15,000 nodes is a few events on the policies, not
+//! 15,000. On shutdown the queue is sent at once (`WriteActivity::stop`,
+//! `EventQueue::drain`): a replica stopped right after a write would otherwise take
+//! that write's explanation with it.
 //!
 //! Events have a budget of API writes per second (`--event-qps`), whatever the
-//! fleet does: a change to 15,000 nodes is 15,000 events, and sending them as
-//! fast as the API server takes them made them a second fleet-wide write (and
-//! etcd load) of their own. What the queue cannot hold is dropped and counted in
-//! `taint_operator_events_dropped_total`, with one log line a minute at most.
+//! fleet does. A batch holds `QUEUE` events one by one; taint events beyond that
+//! only count in their summary, and other events beyond it are dropped and counted
+//! in `taint_operator_events_dropped_total`, with one log line a minute at most.
 
 use std::{
+    collections::BTreeMap,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -35,9 +38,11 @@ use tokio::{
     time::Instant,
 };
 
-/// Events waiting to be published. A full queue drops events (counted) rather
-/// than slow down node writes. At the default budget it holds minutes of events,
-/// and what it holds is memory the operator keeps at its peak.
+use crate::controller::event_summary::{self, GroupKey, TaintEvent};
+
+/// Events a batch holds one by one (and the queue in front of it). A full one drops
+/// events (counted) rather than slow down node writes; what it holds is memory the
+/// operator keeps at its peak.
 const QUEUE: usize = 4096;
 /// Node events published per second at most, by default.
 pub const DEFAULT_EVENT_QPS: u32 = 20;
@@ -137,70 +142,39 @@ impl WriteActivity {
     }
 }
 
+/// What a reconcile hands over: an event as it is, or a taint event that a burst
+/// may fold into a summary (`event_summary`).
+enum Item {
+    Plain {
+        event: Event,
+        about: ObjectReference,
+    },
+    Taints(TaintEvent),
+}
+
 struct Queued {
-    event: Event,
-    about: ObjectReference,
+    item: Item,
     since: Instant,
 }
 
-/// The reconciles' end of the queue.
-pub struct EventQueue {
-    queued: mpsc::Sender<Queued>,
-    /// Events queued and not yet published.
-    outstanding: Arc<AtomicUsize>,
-    dropped: Counter,
-    /// Events dropped since the last warning, and when that was.
+/// Where the policy events of a summary point: the TaintPolicy named.
+pub type PolicyRef = Arc<dyn Fn(&str) -> ObjectReference + Send + Sync>;
+
+/// Events dropped (counted), with one warning per `DROP_WARNING_EVERY` at most.
+struct Drops {
+    counter: Counter,
+    /// Dropped since the last warning, and when that was.
     unwarned: Mutex<(u64, Option<Instant>)>,
 }
 
-impl EventQueue {
-    /// Starts the publisher task; events go out once the writes have been idle for
-    /// `quiet`, `qps` a second at most.
-    pub fn start(
-        client: Client,
-        reporter: Reporter,
-        writes: Arc<WriteActivity>,
-        pace: EventPace,
-        dropped: Counter,
-    ) -> Self {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let outstanding = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(publish_queued(
-            client,
-            reporter,
-            writes,
-            pace,
-            rx,
-            outstanding.clone(),
-        ));
-        EventQueue {
-            queued: tx,
-            outstanding,
-            dropped,
-            unwarned: Mutex::new((0, None)),
+impl Drops {
+    fn add(&self, n: u64) {
+        if n == 0 {
+            return;
         }
-    }
-
-    /// Queues an event without waiting for it: a reconcile's latency and the API
-    /// requests it makes in line stay those of its node write.
-    pub fn push(&self, event: Event, about: ObjectReference) {
-        let queued = Queued {
-            event,
-            about,
-            since: Instant::now(),
-        };
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.queued.try_send(queued) {
-            self.outstanding.fetch_sub(1, Ordering::AcqRel);
-            self.dropped.inc();
-            self.warn_dropped();
-        }
-    }
-
-    /// One warning per `DROP_WARNING_EVERY` at most, with the count since the last.
-    fn warn_dropped(&self) {
+        self.counter.inc_by(n);
         let mut unwarned = self.unwarned.lock().expect("dropped events lock");
-        unwarned.0 += 1;
+        unwarned.0 += n;
         let now = Instant::now();
         if unwarned.1.is_none_or(|at| now >= at + DROP_WARNING_EVERY) {
             tracing::warn!(
@@ -213,7 +187,74 @@ impl EventQueue {
     }
 }
 
+/// The reconciles' end of the queue.
+pub struct EventQueue {
+    queued: mpsc::Sender<Queued>,
+    /// Events queued and not yet published (or folded into a summary).
+    outstanding: Arc<AtomicUsize>,
+    drops: Arc<Drops>,
+}
+
 impl EventQueue {
+    /// Starts the publisher task; events go out once the writes have been idle for
+    /// `quiet`, `qps` a second at most, bursts summarised per policy (`policy_ref`
+    /// names the TaintPolicy a summary is about).
+    pub fn start(
+        client: Client,
+        reporter: Reporter,
+        writes: Arc<WriteActivity>,
+        pace: EventPace,
+        dropped: Counter,
+        policy_ref: PolicyRef,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        let drops = Arc::new(Drops {
+            counter: dropped,
+            unwarned: Mutex::new((0, None)),
+        });
+        tokio::spawn(publish_queued(
+            Publisher {
+                client,
+                reporter,
+                writes,
+                pace,
+                outstanding: outstanding.clone(),
+                drops: drops.clone(),
+                policy_ref,
+            },
+            rx,
+        ));
+        EventQueue {
+            queued: tx,
+            outstanding,
+            drops,
+        }
+    }
+
+    /// Queues an event without waiting for it: a reconcile's latency and the API
+    /// requests it makes in line stay those of its node write.
+    pub fn push(&self, event: Event, about: ObjectReference) {
+        self.queue(Item::Plain { event, about });
+    }
+
+    /// Queues a node's taint event; in a burst it becomes part of a summary.
+    pub fn push_taints(&self, event: TaintEvent) {
+        self.queue(Item::Taints(event));
+    }
+
+    fn queue(&self, item: Item) {
+        let queued = Queued {
+            item,
+            since: Instant::now(),
+        };
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.queued.try_send(queued) {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            self.drops.add(1);
+        }
+    }
+
     /// Waits until every queued event is out, at most `limit`; after
     /// `WriteActivity::stop` they go without waiting for quiet. False if some were
     /// still queued at the limit.
@@ -264,48 +305,162 @@ impl Default for EventPace {
     }
 }
 
-async fn publish_queued(
+/// Where a held event is: `Batch::plain` or `Batch::taints`.
+enum Held {
+    Plain(usize),
+    Taints(usize),
+}
+
+/// The events waiting for the writes to go quiet.
+#[derive(Default)]
+struct Batch {
+    /// Items taken from the queue, folded ones included.
+    taken: usize,
+    /// Events held one by one, in the order they came.
+    order: Vec<Held>,
+    plain: Vec<(Event, ObjectReference)>,
+    taints: Vec<TaintEvent>,
+    /// Changes of taint events beyond what the batch holds one by one.
+    folded: BTreeMap<GroupKey, usize>,
+    /// Changes per group so far, held and folded.
+    groups: BTreeMap<GroupKey, usize>,
+}
+
+impl Batch {
+    /// Takes `item`; false when it had to be dropped.
+    fn add(&mut self, item: Item) -> bool {
+        self.taken += 1;
+        let full = self.plain.len() + self.taints.len() >= QUEUE;
+        match item {
+            Item::Plain { .. } if full => return false,
+            Item::Plain { event, about } => {
+                self.order.push(Held::Plain(self.plain.len()));
+                self.plain.push((event, about));
+            }
+            Item::Taints(event) => {
+                let keys: Vec<GroupKey> = event
+                    .changes
+                    .iter()
+                    .map(|c| GroupKey::of(&event, c))
+                    .collect();
+                // A full batch still holds the first nodes of a group, which may
+                // stay small enough for per-node events; a group already too large
+                // for them only needs its count.
+                let summarised = keys.iter().all(|k| {
+                    self.groups.get(k).copied().unwrap_or(0) >= event_summary::SUMMARY_ABOVE
+                });
+                for key in keys {
+                    *self.groups.entry(key.clone()).or_default() += 1;
+                    if full && summarised {
+                        *self.folded.entry(key).or_default() += 1;
+                    }
+                }
+                if !(full && summarised) {
+                    self.order.push(Held::Taints(self.taints.len()));
+                    self.taints.push(event);
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Batch {
+    /// What to publish, in the order it came, then the summaries.
+    fn outgoing(self, p: &Publisher) -> Vec<(Event, ObjectReference)> {
+        let summary =
+            event_summary::summarise(self.taints, &self.folded, |name| (p.policy_ref)(name));
+        p.drops.add(summary.lost as u64);
+        let mut plain: Vec<_> = self.plain.into_iter().map(Some).collect();
+        let mut per_node = summary.per_node;
+        self.order
+            .into_iter()
+            .filter_map(|held| match held {
+                Held::Plain(i) => plain[i].take(),
+                Held::Taints(i) => per_node[i].take().map(|o| (o.event, o.about)),
+            })
+            .chain(summary.summaries.into_iter().map(|o| (o.event, o.about)))
+            .collect()
+    }
+}
+
+struct Publisher {
     client: Client,
     reporter: Reporter,
     writes: Arc<WriteActivity>,
     pace: EventPace,
-    queued: mpsc::Receiver<Queued>,
     outstanding: Arc<AtomicUsize>,
-) {
+    drops: Arc<Drops>,
+    policy_ref: PolicyRef,
+}
+
+async fn publish_queued(p: Publisher, mut queued: mpsc::Receiver<Queued>) {
     use futures::StreamExt;
     // One tick per event: `Delay` never bunches missed ticks into a burst.
-    let budget = (pace.qps > 0).then(|| {
-        let mut ticks = tokio::time::interval(Duration::from_secs(1) / pace.qps);
+    let budget = (p.pace.qps > 0).then(|| {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1) / p.pace.qps);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::sync::Mutex::new(ticks)
     });
-    tokio_stream::wrappers::ReceiverStream::new(queued)
-        .for_each_concurrent(IN_FLIGHT, |q| {
-            let (client, reporter, writes, outstanding, budget) =
-                (&client, &reporter, &writes, &outstanding, &budget);
-            async move {
-                writes.wait_quiet(pace.quiet, q.since + MAX_DEFERRAL).await;
-                // Shutting down: what is left goes out at once, within the flush limit.
-                if let Some(budget) = budget
-                    && !writes.stopping.load(Ordering::Acquire)
-                {
-                    budget.lock().await.tick().await;
-                }
-                if let Err(e) = publish(client, reporter, &q.event, &q.about).await {
-                    tracing::warn!(
-                        object = q.about.name.as_deref().unwrap_or(""),
-                        error = %e,
-                        "could not publish event"
-                    );
-                }
-                if outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    // The burst after a fleet-wide change is out: its requests and
-                    // answers are freed, hand the pages back.
-                    crate::memory::release_free_memory();
-                }
+    let mut open = true;
+    while open {
+        let Some(first) = queued.recv().await else {
+            return;
+        };
+        // Everything that comes while the writes go on joins the batch; it goes out
+        // once they are quiet, or when its oldest event has waited `MAX_DEFERRAL`.
+        let deadline = first.since + MAX_DEFERRAL;
+        let mut batch = Batch::default();
+        let take = |batch: &mut Batch, item| {
+            if !batch.add(item) {
+                p.drops.add(1);
             }
-        })
-        .await;
+        };
+        take(&mut batch, first.item);
+        loop {
+            tokio::select! {
+                biased;
+                next = queued.recv() => match next {
+                    Some(q) => take(&mut batch, q.item),
+                    None => {
+                        open = false;
+                        break;
+                    }
+                },
+                _ = p.writes.wait_quiet(p.pace.quiet, deadline) => break,
+            }
+        }
+        while let Ok(q) = queued.try_recv() {
+            take(&mut batch, q.item);
+        }
+        let taken = batch.taken;
+        let outgoing = batch.outgoing(&p);
+        futures::stream::iter(outgoing)
+            .for_each_concurrent(IN_FLIGHT, |(event, about)| {
+                let (p, budget) = (&p, &budget);
+                async move {
+                    // Shutting down: what is left goes out at once, within the flush limit.
+                    if let Some(budget) = budget
+                        && !p.writes.stopping.load(Ordering::Acquire)
+                    {
+                        budget.lock().await.tick().await;
+                    }
+                    if let Err(e) = publish(&p.client, &p.reporter, &event, &about).await {
+                        tracing::warn!(
+                            object = about.name.as_deref().unwrap_or(""),
+                            error = %e,
+                            "could not publish event"
+                        );
+                    }
+                }
+            })
+            .await;
+        if p.outstanding.fetch_sub(taken, Ordering::AcqRel) == taken {
+            // The burst after a fleet-wide change is out: its requests and
+            // answers are freed, hand the pages back.
+            crate::memory::release_free_memory();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -316,13 +471,25 @@ mod tests {
 
     /// A client whose API server takes every event, noting when each arrived.
     fn recording_client() -> (Client, Arc<Mutex<Vec<Instant>>>) {
+        let (client, arrived, _) = recording_client_with_bodies();
+        (client, arrived)
+    }
+
+    type Bodies = Arc<Mutex<Vec<serde_json::Value>>>;
+
+    /// `recording_client`, keeping each event too.
+    fn recording_client_with_bodies() -> (Client, Arc<Mutex<Vec<Instant>>>, Bodies) {
         let arrived = Arc::new(Mutex::new(Vec::new()));
-        let log = arrived.clone();
+        let bodies: Bodies = Arc::default();
+        let (log, kept) = (arrived.clone(), bodies.clone());
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let log = log.clone();
+            let (log, kept) = (log.clone(), kept.clone());
             async move {
                 log.lock().unwrap().push(Instant::now());
                 let body = req.into_body().collect_bytes().await.unwrap();
+                kept.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
                 Ok::<_, std::convert::Infallible>(
                     http::Response::builder()
                         .status(201)
@@ -331,7 +498,31 @@ mod tests {
                 )
             }
         });
-        (Client::new(service, "default"), arrived)
+        (Client::new(service, "default"), arrived, bodies)
+    }
+
+    fn policy_ref() -> PolicyRef {
+        Arc::new(|name: &str| ObjectReference {
+            api_version: Some("nodetaint.io/v1alpha1".into()),
+            kind: Some("TaintPolicy".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectReference::default()
+        })
+    }
+
+    fn taint_event(i: usize, policy: &str) -> TaintEvent {
+        let (_, node) = node_event(i);
+        TaintEvent {
+            node,
+            reason: "TaintAdded".into(),
+            action: "AddTaint".into(),
+            changes: vec![event_summary::PolicyChange {
+                policy: policy.into(),
+                what: format!("added {policy}:NoSchedule"),
+                why: "condition X=True matched".into(),
+            }],
+        }
     }
 
     fn node_event(i: usize) -> (Event, ObjectReference) {
@@ -367,7 +558,14 @@ mod tests {
             quiet: Duration::ZERO,
             qps: 10,
         };
-        let queue = EventQueue::start(client, reporter(), writes, pace, Counter::default());
+        let queue = EventQueue::start(
+            client,
+            reporter(),
+            writes,
+            pace,
+            Counter::default(),
+            policy_ref(),
+        );
         let start = Instant::now();
         for i in 0..30 {
             let (event, about) = node_event(i);
@@ -391,7 +589,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn what_the_queue_cannot_hold_is_dropped_and_counted() {
+    async fn what_a_batch_cannot_hold_is_dropped_and_counted() {
         let (client, arrived) = recording_client();
         let writes = Arc::new(WriteActivity::default());
         // A fleet-wide change that does not end: the events wait.
@@ -403,17 +601,84 @@ mod tests {
             writes,
             EventPace::default(),
             dropped.clone(),
+            policy_ref(),
         );
         let extra = 100;
-        for i in 0..QUEUE + IN_FLIGHT + extra {
+        for i in 0..QUEUE + extra {
             let (event, about) = node_event(i);
             queue.push(event, about);
-            // Let the publisher take what it takes in flight.
+            // Let the publisher take it into its batch.
             tokio::task::yield_now().await;
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(arrived.lock().unwrap().is_empty());
-        let dropped = dropped.get() as usize;
-        assert!((extra..=extra + IN_FLIGHT).contains(&dropped), "{dropped}");
+        assert_eq!(dropped.get() as usize, extra);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_taint_events_is_one_event_on_the_policy() {
+        let (client, arrived, bodies) = recording_client_with_bodies();
+        let writes = Arc::new(WriteActivity::default());
+        writes.begin();
+        let dropped = Counter::default();
+        let queue = EventQueue::start(
+            client,
+            reporter(),
+            writes.clone(),
+            EventPace::default(),
+            dropped.clone(),
+            policy_ref(),
+        );
+        // More than a batch holds one by one: the rest still counts.
+        let nodes = QUEUE + 500;
+        for i in 0..nodes {
+            queue.push_taints(taint_event(i, "nic"));
+            tokio::task::yield_now().await;
+        }
+        // Two nodes of another policy keep their own events.
+        queue.push_taints(taint_event(nodes, "disk"));
+        queue.push_taints(taint_event(nodes + 1, "disk"));
+        let start = Instant::now();
+        writes.end();
+        assert!(queue.drain(Duration::from_secs(60)).await);
+        assert_eq!(dropped.get(), 0);
+        let arrived = arrived.lock().unwrap().clone();
+        assert_eq!(arrived.len(), 3, "{:?}", bodies.lock().unwrap());
+        assert!(arrived[0] - start >= QUIET);
+        let bodies = bodies.lock().unwrap().clone();
+        let regarding: Vec<_> = bodies
+            .iter()
+            .map(|b| {
+                (
+                    b["regarding"]["kind"].as_str().unwrap().to_string(),
+                    b["regarding"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            regarding,
+            [
+                ("Node".to_string(), format!("n{nodes}")),
+                ("Node".to_string(), format!("n{}", nodes + 1)),
+                ("TaintPolicy".to_string(), "nic".to_string()),
+            ]
+        );
+        assert_eq!(bodies[2]["reason"], "TaintAdded");
+        let note = bodies[2]["note"].as_str().unwrap();
+        assert!(
+            note.starts_with(&format!(
+                "policy nic added nic:NoSchedule on {nodes} nodes: n0 (condition X=True matched), n1 ("
+            )),
+            "{note}"
+        );
+        assert!(
+            note.ends_with(&format!(" and {} more", nodes - 5)),
+            "{note}"
+        );
+        assert_eq!(
+            bodies[0]["note"],
+            "policy disk added disk:NoSchedule: condition X=True matched"
+        );
     }
 
     #[tokio::test(start_paused = true)]

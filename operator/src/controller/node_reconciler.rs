@@ -8,19 +8,14 @@ use std::{
 };
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Api, Resource,
-    runtime::{
-        events::{Event, EventType},
-        reflector::ObjectRef,
-    },
-};
+use kube::{Api, Resource, runtime::reflector::ObjectRef};
 
 use crate::{
     cache::node_cache::CachedNode,
     controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
+    controller::event_summary::{PolicyChange, TaintEvent},
     controller::node_drains::{self, GateKeeper},
     controller::node_queue::{Next, Work},
     controller::node_writer::write_node,
@@ -251,14 +246,19 @@ fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
         if changes.is_empty() {
             continue;
         }
-        let event = Event {
-            type_: EventType::Normal,
+        ctx.emit_taints(TaintEvent {
+            node: node.object_ref(&()),
             reason: if added { "TaintAdded" } else { "TaintRemoved" }.into(),
-            note: Some(event_note(changes, added)),
             action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
-            secondary: None,
-        };
-        ctx.emit(event, node.object_ref(&()));
+            changes: changes
+                .iter()
+                .map(|c| PolicyChange {
+                    policy: c.policy.clone(),
+                    what: format!("{} {}", verb(added), describe(c)),
+                    why: c.reason.clone(),
+                })
+                .collect(),
+        });
     }
     for policy in &plan.completed {
         tracing::info!(node = name, policy = %policy, "bootstrap complete");
@@ -276,27 +276,18 @@ fn describe(c: &TaintChange) -> String {
     }
 }
 
-fn change_note(c: &TaintChange, added: bool) -> String {
-    let verb = if added { "added" } else { "removed" };
-    format!("policy {} {verb} {}: {}", c.policy, describe(c), c.reason)
+fn verb(added: bool) -> &'static str {
+    if added { "added" } else { "removed" }
 }
 
-/// `policy a added k:NoSchedule: why; policy b added ...`, cut to the 1 kB an
-/// event note may hold.
-pub fn event_note(changes: &[TaintChange], added: bool) -> String {
-    let note = changes
-        .iter()
-        .map(|c| change_note(c, added))
-        .collect::<Vec<_>>()
-        .join("; ");
-    if note.len() <= 1000 {
-        return note;
-    }
-    let mut cut = 997;
-    while !note.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}...", &note[..cut])
+fn change_note(c: &TaintChange, added: bool) -> String {
+    format!(
+        "policy {} {} {}: {}",
+        c.policy,
+        verb(added),
+        describe(c),
+        c.reason
+    )
 }
 
 fn until(at: Timestamp, now: Timestamp) -> Duration {
