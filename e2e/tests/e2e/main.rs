@@ -203,6 +203,11 @@ async fn e2e_suite() {
         // 13-15. what people and machines see
         s.run("kubectl get tp", observability::kubectl_get(h)).await;
         s.run("node events", observability::node_events(h)).await;
+        s.run(
+            "a burst is one event on the policy",
+            observability::burst_events(h),
+        )
+        .await;
         s.run("quiet period", observability::quiet_period(h)).await;
         // 16-18. the webhook, two replicas, and start-up that cannot start
         s.run("admission webhook", webhook::admission(h)).await;

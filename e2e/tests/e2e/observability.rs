@@ -325,6 +325,75 @@ pub async fn node_events(h: &Harness) -> Result {
     k.wait_policy_gone(policy).await
 }
 
+/// A change many nodes share at once is one event on the TaintPolicy, counting the
+/// nodes and naming the first few, instead of an event on each node.
+pub async fn burst_events(h: &Harness) -> Result {
+    let k = &h.k;
+    let s = Scn("burst");
+    let policy = "e2e-burst";
+    const TAINT: &str = "e2e.nodetaint.io/burst=on:NoSchedule";
+    const ID: &str = "e2e.nodetaint.io/burst:NoSchedule";
+    const NODES: usize = 12;
+    let nodes: Vec<String> = (0..NODES).map(|i| s.node(&i.to_string())).collect();
+    for n in &nodes {
+        k.create_node(n, &[s.label()]).await?;
+        k.set_conditions(n, &[Cond::now("NetworkInterfaceCard", "Ok", "NICHealthy")])
+            .await?;
+    }
+    let created = k.create_policy(s.policy(policy, &[], json!({
+        "taints": [{"key": "e2e.nodetaint.io/burst", "value": "on", "effect": "NoSchedule"}],
+        "matchers": [{"conditions": [{"type": "NetworkInterfaceCard", "status": "Kaput"}]}],
+    }))).await?;
+    let uid = created.uid().unwrap_or_default();
+    expect_status(k, policy, "True", "Reconciled", (NODES as i32, 0, 0)).await?;
+
+    // All at once, as a zone's nodes lose their network together.
+    let kaput = [Cond::now("NetworkInterfaceCard", "Kaput", "NICLinkDown")];
+    futures::future::try_join_all(nodes.iter().map(|n| k.set_conditions(n, &kaput))).await?;
+    for n in &nodes {
+        expect_node(k, n, &[TAINT], &owned(&[(ID, policy)])).await?;
+    }
+    let summary = k
+        .wait_event(
+            "TaintPolicy",
+            policy,
+            "TaintAdded",
+            &[
+                &format!("policy {policy} added {TAINT} on {NODES} nodes: "),
+                "NetworkInterfaceCard=Kaput",
+                &format!(" and {} more", NODES - 5),
+            ],
+        )
+        .await?;
+    println!("summary note: {}", summary.note.as_deref().unwrap_or(""));
+    let r = summary
+        .regarding
+        .as_ref()
+        .ok_or("event without regarding")?;
+    ensure_eq!(
+        (r.kind.as_deref(), r.name.as_deref(), r.uid.as_deref()),
+        (Some("TaintPolicy"), Some(policy), Some(uid.as_str())),
+        "regarding"
+    );
+    ensure_eq!(summary.action.as_deref(), Some("AddTaint"), "action");
+    for n in &nodes {
+        let on_node = k.events_about("Node", n).await?;
+        ensure!(
+            on_node
+                .iter()
+                .all(|e| e.reason.as_deref() != Some("TaintAdded")),
+            "{n} has its own TaintAdded event besides the summary"
+        );
+    }
+
+    k.delete_policy(policy).await?;
+    k.wait_policy_gone(policy).await?;
+    for n in &nodes {
+        expect_clean(k, n).await?;
+    }
+    Ok(())
+}
+
 /// At steady state the operator writes nothing: over 5 s its node and status write
 /// counters stay put, with policies of every kind holding taints.
 pub async fn quiet_period(h: &Harness) -> Result {

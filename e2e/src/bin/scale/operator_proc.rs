@@ -142,6 +142,17 @@ impl OpMetrics {
     pub(crate) fn total_requests(&self) -> f64 {
         self.requests.values().sum()
     }
+
+    /// Requests other than the Lease's: what a phase's trailing work (status writes,
+    /// events) sends. The Lease is renewed every 2 s whatever happens, so a settle
+    /// that waited for every request to stop would always wait its longest.
+    pub(crate) fn work_requests(&self) -> f64 {
+        self.requests
+            .iter()
+            .filter(|((_, resource, _), _)| resource != "leases")
+            .map(|(_, v)| v)
+            .sum()
+    }
 }
 
 pub(crate) struct OperatorProc {
@@ -236,7 +247,8 @@ impl OperatorProc {
     }
 
     /// Waits until the operator's counters stop moving (status writes, events and
-    /// trailing requests of a phase are counted with it), at most `max`.
+    /// trailing requests of a phase are counted with it; Lease renewals are not), at
+    /// most `max`.
     pub(crate) async fn settle(&mut self, quiet: Duration, max: Duration) -> Result<OpMetrics> {
         let deadline = Instant::now() + max;
         let mut last = self.metrics().await?;
@@ -247,7 +259,7 @@ impl OperatorProc {
                 bail!("the operator exited; log: {}", self.log.display());
             }
             let m = self.metrics().await?;
-            if m.total_requests() != last.total_requests() || m.node_writes != last.node_writes {
+            if m.work_requests() != last.work_requests() || m.node_writes != last.node_writes {
                 since = Instant::now();
                 last = m;
             } else if since.elapsed() >= quiet || Instant::now() > deadline {
