@@ -36,7 +36,8 @@ pub struct PolicyChange {
 }
 
 impl PolicyChange {
-    fn note(&self) -> String {
+    /// `policy p added k:NoSchedule: why`: what a node event (and the log) says.
+    pub fn note(&self) -> String {
         format!("policy {} {}: {}", self.policy, self.what, self.why)
     }
 }

@@ -363,9 +363,7 @@ impl Batch {
         }
         true
     }
-}
 
-impl Batch {
     /// What to publish, in the order it came, then the summaries.
     fn outgoing(self, p: &Publisher) -> Vec<(Event, ObjectReference)> {
         let summary =
@@ -501,6 +499,16 @@ mod tests {
         (Client::new(service, "default"), arrived, bodies)
     }
 
+    /// The queue on `client`, its summaries about policies named as they are.
+    fn start(
+        client: Client,
+        writes: Arc<WriteActivity>,
+        pace: EventPace,
+        dropped: Counter,
+    ) -> EventQueue {
+        EventQueue::start(client, reporter(), writes, pace, dropped, policy_ref())
+    }
+
     fn policy_ref() -> PolicyRef {
         Arc::new(|name: &str| ObjectReference {
             api_version: Some("nodetaint.io/v1alpha1".into()),
@@ -558,14 +566,7 @@ mod tests {
             quiet: Duration::ZERO,
             qps: 10,
         };
-        let queue = EventQueue::start(
-            client,
-            reporter(),
-            writes,
-            pace,
-            Counter::default(),
-            policy_ref(),
-        );
+        let queue = start(client, writes, pace, Counter::default());
         let start = Instant::now();
         for i in 0..30 {
             let (event, about) = node_event(i);
@@ -595,14 +596,7 @@ mod tests {
         // A fleet-wide change that does not end: the events wait.
         writes.begin();
         let dropped = Counter::default();
-        let queue = EventQueue::start(
-            client,
-            reporter(),
-            writes,
-            EventPace::default(),
-            dropped.clone(),
-            policy_ref(),
-        );
+        let queue = start(client, writes, EventPace::default(), dropped.clone());
         let extra = 100;
         for i in 0..QUEUE + extra {
             let (event, about) = node_event(i);
@@ -621,13 +615,11 @@ mod tests {
         let writes = Arc::new(WriteActivity::default());
         writes.begin();
         let dropped = Counter::default();
-        let queue = EventQueue::start(
+        let queue = start(
             client,
-            reporter(),
             writes.clone(),
             EventPace::default(),
             dropped.clone(),
-            policy_ref(),
         );
         // More than a batch holds one by one: the rest still counts.
         let nodes = QUEUE + 500;

@@ -232,6 +232,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
 fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
     let name = node.name();
     for (changes, added) in [(&plan.added, true), (&plan.removed, false)] {
+        let mut explained = Vec::with_capacity(changes.len());
         for change in changes {
             let label = PolicyLabel {
                 policy: change.policy.clone(),
@@ -241,23 +242,23 @@ fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
             } else {
                 ctx.metrics.taints_removed.get_or_create(&label).inc();
             }
-            tracing::info!(node = name, policy = %change.policy, taint = %describe(change), added, reason = %change.reason, "{}", change_note(change, added));
+            let taint = describe(change);
+            let explanation = PolicyChange {
+                policy: change.policy.clone(),
+                what: format!("{} {taint}", if added { "added" } else { "removed" }),
+                why: change.reason.clone(),
+            };
+            tracing::info!(node = name, policy = %change.policy, taint = %taint, added, reason = %change.reason, "{}", explanation.note());
+            explained.push(explanation);
         }
-        if changes.is_empty() {
+        if explained.is_empty() {
             continue;
         }
         ctx.emit_taints(TaintEvent {
             node: node.object_ref(&()),
             reason: if added { "TaintAdded" } else { "TaintRemoved" }.into(),
             action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
-            changes: changes
-                .iter()
-                .map(|c| PolicyChange {
-                    policy: c.policy.clone(),
-                    what: format!("{} {}", verb(added), describe(c)),
-                    why: c.reason.clone(),
-                })
-                .collect(),
+            changes: explained,
         });
     }
     for policy in &plan.completed {
@@ -274,20 +275,6 @@ fn describe(c: &TaintChange) -> String {
         Some(then) => format!("{taint} (until the drain allows {})", then.as_str()),
         None => taint,
     }
-}
-
-fn verb(added: bool) -> &'static str {
-    if added { "added" } else { "removed" }
-}
-
-fn change_note(c: &TaintChange, added: bool) -> String {
-    format!(
-        "policy {} {} {}: {}",
-        c.policy,
-        verb(added),
-        describe(c),
-        c.reason
-    )
 }
 
 fn until(at: Timestamp, now: Timestamp) -> Duration {
