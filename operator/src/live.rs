@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use taint_operator_crd::TaintPolicy;
 
 use crate::{
-    cache::{node_cache::CachedNode, pod_watch::wanted_watches, slim::SlimPod},
+    cache::{node_cache::WatchedNode, pod_watch::wanted_watches, slim::SlimPod},
     drain::evictor,
     run::{self, describe, one_line},
     telemetry::metrics::Metrics,
@@ -88,7 +88,7 @@ impl Live {
 
     /// Fails with [`LiveError::NodeNotFound`] unless the node exists.
     pub async fn node_exists(&self, name: &str) -> Result<(), LiveError> {
-        let api = Api::<CachedNode>::all(self.client.clone());
+        let api = Api::<WatchedNode>::all(self.client.clone());
         match api.get_opt(name).await {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(LiveError::NodeNotFound(name.to_string())),
@@ -98,11 +98,11 @@ impl Live {
 
     /// Every node, as the decision core sees it.
     pub async fn nodes(&self) -> Result<Vec<NodeView>, LiveError> {
-        let api = Api::<CachedNode>::all(self.client.clone());
+        let api = Api::<WatchedNode>::all(self.client.clone());
         let nodes = list_all(&api, ListParams::default())
             .await
             .map_err(|e| self.failed("list nodes", e))?;
-        Ok(nodes.into_iter().map(|n| n.view).collect())
+        Ok(nodes.into_iter().map(|n| n.node.view).collect())
     }
 
     /// The critical pods `set`'s policies wait for, by the controller's own lists.

@@ -9,11 +9,7 @@ use kube::{
     Api, Client, Config,
     api::ListParams,
     client::ClientBuilder,
-    runtime::{
-        Controller,
-        reflector::{self, ObjectRef},
-        watcher,
-    },
+    runtime::{Controller, reflector, watcher},
 };
 use taint_operator_crd::TaintPolicy;
 use tokio::sync::{mpsc, watch};
@@ -21,7 +17,10 @@ use tower::limit::RateLimitLayer;
 use tracing::instrument::WithSubscriber;
 
 use crate::{
-    cache::{initial_list::InitialLists, node_cache::CachedNode, pod_watch::PodWatches},
+    cache::{
+        initial_list::InitialLists, node_cache::WatchedNode, node_store::NodeStore,
+        pod_watch::PodWatches,
+    },
     controller::{
         context::{Context, ContextOptions},
         node_events::EventPace,
@@ -224,9 +223,8 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
 
     let shutdown = shutdown_signal().shared();
     let (synced_tx, synced_rx) = watch::channel(false);
-    let (changed_nodes_tx, changed_nodes_rx) = mpsc::unbounded_channel::<ObjectRef<CachedNode>>();
+    let (changed_nodes_tx, changed_nodes_rx) = mpsc::unbounded_channel::<String>();
     let (all_nodes_tx, all_nodes_rx) = mpsc::unbounded_channel::<()>();
-    let (node_reader, node_writer) = reflector::store::<CachedNode>();
     let (policy_reader, policy_writer) = reflector::store::<TaintPolicy>();
     // Streamed while the API server streams; one refusal pages every later list.
     let initial_lists = Arc::new(InitialLists::default());
@@ -238,7 +236,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     );
     let ctx = Arc::new(Context::new(
         client.clone(),
-        node_reader.clone(),
+        NodeStore::default(),
         policy_reader.clone(),
         pod_watches,
         metrics.clone(),
@@ -328,13 +326,12 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     // policy webhook's impact warning reads them whichever replica the API server
     // calls, and a standby that takes over has them synced already. Touched nodes
     // wait in the node queue (one entry per node at most) for a leader's workers.
-    // The node reflector hands the node queue names, not nodes: 5,000 node copies
+    // The node watch hands the node queue names, not nodes: 5,000 node copies
     // waiting for the caches to sync would be the operator's peak memory.
     tokio::spawn(drive_nodes(
         ctx.clone(),
-        Api::<CachedNode>::all(client.clone()),
+        Api::<WatchedNode>::all(client.clone()),
         initial_lists,
-        node_writer,
         changed_nodes_tx.clone(),
     ));
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));

@@ -7,16 +7,16 @@
 //! Memory, not time: the count is deterministic, so it can fail on a bound. Every
 //! allocation goes through the counting allocator (`common/counting_allocator.rs`);
 //! the figure is what is still allocated once the nodes are decoded from their
-//! JSON and stored as kube's reflector stores them (a clone of each in an `Arc`, in
-//! a map keyed by name), minus what was before (the JSON texts are built first
-//! and not counted).
+//! JSON and stored in the operator's node store, minus what was before (the JSON
+//! texts are built first and not counted).
 //!
 //! Run: `cargo test -p taint-operator --test node_cache_memory -- --nocapture`.
 
-use std::{collections::HashMap, sync::Arc};
-
 use serde_json::json;
-use taint_operator::cache::node_cache::CachedNode;
+use taint_operator::cache::{
+    node_cache::{CachedNode, WatchedNode},
+    node_store::NodeStore,
+};
 use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION};
 
 #[path = "common/counting_allocator.rs"]
@@ -24,11 +24,14 @@ mod counting_allocator;
 
 const NODES: usize = 5_000;
 
-/// Fails the test above this: what a node takes now (1,570), with a little room.
-/// It took 1,975 while each node had its own copy of its taint list, and 3,026
-/// while each node had its own map of owned taints and its own copies of the
-/// operator's annotations, and kept condition times in 24 bytes.
-const MAX_BYTES_PER_NODE: f64 = 1_650.0;
+/// Fails the test above this: what a node takes now (1,181), with a little room.
+/// It took 1,570 in kube's reflector store (an `ObjectMeta` in every node, and
+/// that store's key, an `ObjectRef` with its own copies of the name, uid and
+/// resourceVersion, not even counted here), 1,975 while each node had its own copy
+/// of its taint list, and 3,026 while each node had its own map of owned taints
+/// and its own copies of the operator's annotations, and kept condition times in
+/// 24 bytes.
+const MAX_BYTES_PER_NODE: f64 = 1_250.0;
 
 /// Node `i` as the API server sends it.
 fn node_json(i: usize) -> Vec<u8> {
@@ -108,13 +111,18 @@ fn node_json(i: usize) -> Vec<u8> {
 fn main() {
     let texts: Vec<Vec<u8>> = (0..NODES).map(node_json).collect();
     let before = counting_allocator::live();
-    let mut cache: HashMap<String, Arc<CachedNode>> = HashMap::new();
-    for text in &texts {
-        let node: CachedNode = serde_json::from_slice(text).expect("a node decodes");
-        // kube's reflector stores a clone of what the watch decoded.
-        cache.insert(node.name().to_string(), Arc::new(node.clone()));
-    }
-    cache.shrink_to_fit();
+    let cache = NodeStore::default();
+    // As the node watch fills the cache: a list, then one node changed by a watch event.
+    let listed = texts
+        .iter()
+        .map(|text| {
+            let node: WatchedNode = serde_json::from_slice(text).expect("a node decodes");
+            std::sync::Arc::new(node.node)
+        })
+        .collect::<Vec<_>>();
+    cache.replace(listed);
+    let changed: WatchedNode = serde_json::from_slice(&texts[7]).expect("a node decodes");
+    cache.apply(changed.node);
     let bytes = counting_allocator::live() - before;
     let per_node = bytes as f64 / NODES as f64;
     println!(
@@ -129,7 +137,7 @@ fn main() {
         std::mem::size_of::<k8s_openapi::api::core::v1::Taint>(),
         std::mem::size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
     );
-    let sample = &cache["scale-00007"];
+    let sample = cache.get("scale-00007").expect("a cached node");
     assert_eq!(sample.taints().len(), 3);
     assert_eq!(
         sample.view.managed.owner("bench.io/bootstrap:NoExecute"),

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use support::{ApiServerVerifier, with_scripted_server};
 use taint_operator::cache::{
     initial_list::{InitialLists, watch_with_initial_list},
-    node_cache::CachedNode,
+    node_cache::WatchedNode,
     watch::node_list_pages,
 };
 
@@ -29,14 +29,14 @@ fn node(name: &str, rv: &str) -> Value {
 
 /// The watch's events up to and including the first `InitDone`, as short names.
 async fn first_list(client: kube::Client, lists: Arc<InitialLists>) -> Vec<String> {
-    let api: Api<CachedNode> = Api::all(client);
+    let api: Api<WatchedNode> = Api::all(client);
     let mut events = watch_with_initial_list(api, node_list_pages(), lists);
     let mut seen = Vec::new();
     while let Some(event) = events.next().await {
         let done = matches!(event, Ok(Event::InitDone));
         seen.push(match event {
             Ok(Event::Init) => "init".to_string(),
-            Ok(Event::InitApply(n)) => format!("list {}", n.name()),
+            Ok(Event::InitApply(n)) => format!("list {}", n.node.name()),
             Ok(Event::InitDone) => "done".to_string(),
             Ok(other) => format!("{other:?}"),
             Err(e) => format!("error: {e}"),

@@ -622,7 +622,7 @@ async fn max_tainted_nodes_frees_the_place_when_the_tainted_node_heals() {
             assert!(h.changed_nodes.try_recv().is_err(), "nothing to wake yet");
             // n1 heals: its taint goes, and n2 is woken for the place.
             reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
-            let woken = h.changed_nodes.try_recv().expect("n2 is woken").name;
+            let woken = h.changed_nodes.try_recv().expect("n2 is woken");
             reconcile_node(h.node("n2"), h.ctx.clone()).await.unwrap();
             (held, woken)
         },
@@ -850,7 +850,7 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
     use futures::channel::mpsc as events;
     use kube::runtime::watcher::Event;
     use taint_operator::{
-        cache::node_cache::CachedNode,
+        cache::node_cache::WatchedNode,
         controller::watches::{feed_node_queue, follow_nodes},
     };
     use tokio::sync::mpsc;
@@ -871,7 +871,6 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
     for n in NODES {
         h.put_node(served_node(n).condition(NIC, "Healthy").build());
     }
-    let writer = h.take_node_writer();
     let metrics = h.metrics();
     scenario(
         h,
@@ -899,12 +898,12 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
                 touched_rx,
                 all_rx,
             ));
-            let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
+            let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, touched_tx));
 
             watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
             for node in &relisted {
                 watch_tx
-                    .unbounded_send(Ok(Event::InitApply(CachedNode::from_node(node))))
+                    .unbounded_send(Ok(Event::InitApply(WatchedNode::from_node(node))))
                     .unwrap();
                 queue.touch(node.metadata.name.as_deref().unwrap());
             }
@@ -1029,7 +1028,7 @@ async fn a_malformed_ownership_annotation_is_replaced_with_a_warning() {
 #[tokio::test]
 async fn the_echo_of_our_own_write_is_not_reconciled_again() {
     use kube::runtime::watcher::Event;
-    use taint_operator::{cache::node_cache::CachedNode, telemetry::metrics::ControllerLabel};
+    use taint_operator::{cache::node_cache::WatchedNode, telemetry::metrics::ControllerLabel};
 
     let broken = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], std::slice::from_ref(&broken));
@@ -1043,7 +1042,7 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
         .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
         .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
         .build();
-    let healed_cached = CachedNode::from_node(&healed);
+    let healed_cached = WatchedNode::from_node(&healed);
     scenario(
         h,
         api,
@@ -1076,17 +1075,15 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
                     .get_or_create(&ControllerLabel { controller: "node" });
                 // The write's answer, as the watch brings it back.
                 let echo = loop {
-                    let cached = ctx
-                        .nodes
-                        .get(&kube::runtime::reflector::ObjectRef::new("n1"))
-                        .unwrap();
+                    let cached = ctx.nodes.get("n1").unwrap();
                     let freshest = ctx.freshest(cached);
                     if freshest.resource_version() == Some("101") {
                         break (*freshest).clone();
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 };
-                feed.unbounded_send(Ok(Event::Apply(echo))).unwrap();
+                feed.unbounded_send(Ok(Event::Apply(WatchedNode::of(echo))))
+                    .unwrap();
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 assert_eq!(reconciles.get(), 1, "the echo was reconciled");
                 assert_eq!(ctx.metrics.node_echoes_skipped.get(), 1);
@@ -1106,7 +1103,7 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
 
 type NodeWatchEvents = futures::channel::mpsc::UnboundedSender<
     Result<
-        kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
+        kube::runtime::watcher::Event<taint_operator::cache::node_cache::WatchedNode>,
         kube::runtime::watcher::Error,
     >,
 >;
@@ -1116,7 +1113,7 @@ fn watch_brings(watch: &NodeWatchEvents, node: &Value) {
     let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(node.clone()).unwrap();
     watch
         .unbounded_send(Ok(kube::runtime::watcher::Event::Apply(
-            taint_operator::cache::node_cache::CachedNode::from_node(&node),
+            taint_operator::cache::node_cache::WatchedNode::from_node(&node),
         )))
         .unwrap();
 }
@@ -1128,7 +1125,7 @@ async fn with_watch_and_queue<F, Fut>(
     watch_tx: NodeWatchEvents,
     watch_rx: futures::channel::mpsc::UnboundedReceiver<
         Result<
-            kube::runtime::watcher::Event<taint_operator::cache::node_cache::CachedNode>,
+            kube::runtime::watcher::Event<taint_operator::cache::node_cache::WatchedNode>,
             kube::runtime::watcher::Error,
         >,
     >,
@@ -1141,13 +1138,12 @@ where
 {
     use kube::runtime::watcher::Event;
     use taint_operator::{
-        cache::node_cache::CachedNode,
+        cache::node_cache::WatchedNode,
         controller::watches::{feed_node_queue, follow_nodes},
         telemetry::metrics::ControllerLabel,
     };
     use tokio::sync::mpsc;
 
-    let writer = h.take_node_writer();
     let ctx = h.ctx.clone();
     let (queue, workers) = h.start_node_queue();
     let (touched_tx, touched_rx) = mpsc::unbounded_channel();
@@ -1164,18 +1160,18 @@ where
         let queue = queue.clone();
         async move {
             while let Some(n) = changed.recv().await {
-                queue.touch(&n.name);
+                queue.touch(&n);
             }
         }
     });
-    let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, writer, touched_tx));
+    let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, touched_tx));
     let reconciles = ctx
         .metrics
         .reconciles
         .get_or_create(&ControllerLabel { controller: "node" });
     watch_tx.unbounded_send(Ok(Event::Init)).unwrap();
     watch_tx
-        .unbounded_send(Ok(Event::InitApply(CachedNode::from_node(first))))
+        .unbounded_send(Ok(Event::InitApply(WatchedNode::from_node(first))))
         .unwrap();
     watch_tx.unbounded_send(Ok(Event::InitDone)).unwrap();
     done(ctx.clone()).await;

@@ -1,16 +1,17 @@
 //! What the node cache keeps of a Node: the decision core's view of it, ready to
 //! evaluate, and what the node writer needs to patch it.
 //!
-//! A [`CachedNode`] is decoded straight from the API's JSON (watch events, list
-//! pages, patch answers), skipping everything else while parsing. Its labels and
-//! condition strings are interned (see `labels`), so 5,000 nodes share one copy of
-//! each key and value. A reconcile and the status writer read the view as it is:
-//! nothing is re-parsed or rebuilt per evaluation.
+//! A [`WatchedNode`] is decoded straight from the API's JSON (watch events, list
+//! pages, patch answers), skipping everything else while parsing; the cache keeps
+//! the [`CachedNode`] inside it. Its labels and condition strings are interned (see
+//! `labels`), so 5,000 nodes share one copy of each key and value. A reconcile and
+//! the status writer read the view as it is: nothing is re-parsed or rebuilt per
+//! evaluation.
 
 use std::{borrow::Cow, collections::BTreeMap};
 
 use k8s_openapi::{
-    api::core::v1::{Node, Taint},
+    api::core::v1::{Node, ObjectReference, Taint},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
 use kube::{Resource, core::ClusterResourceScope};
@@ -27,13 +28,26 @@ use engine::{
 };
 
 /// A node as the node cache keeps it.
+///
+/// No `ObjectMeta`: kube's `Resource` trait would make every cached node carry one
+/// (360 bytes, mostly empty), so the cache is our own (`node_store`) and only the
+/// node as it comes off the wire ([`WatchedNode`]) is a `Resource`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedNode {
-    /// Name, uid and resourceVersion only: what the cache's keys, the write's
-    /// `test` and the events' object references read.
-    meta: ObjectMeta,
+    /// What the write's `test` and the events' object references read.
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
     pub view: NodeView,
     pub annotations: OurAnnotations,
+}
+
+/// A node as the API hands it over: what the cache keeps, and the little metadata
+/// kube's watcher reads (the resourceVersion it resumes from). It lives only until
+/// the node is stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchedNode {
+    meta: ObjectMeta,
+    pub node: CachedNode,
 }
 
 /// The operator's three annotations as the node has them, verbatim: the writer
@@ -78,7 +92,22 @@ impl CachedNode {
     }
 
     pub fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version.as_deref()
+        self.resource_version.as_deref()
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// The node, for the events about it.
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(Node::api_version(&()).into_owned()),
+            kind: Some(Node::kind(&()).into_owned()),
+            name: Some(self.name().to_string()),
+            uid: self.uid.as_deref().map(str::to_string),
+            ..ObjectReference::default()
+        }
     }
 
     pub fn taints(&self) -> &[Taint] {
@@ -95,12 +124,8 @@ impl CachedNode {
                 .map(|v| sym(v))
         };
         CachedNode {
-            meta: ObjectMeta {
-                name: node.metadata.name.clone(),
-                uid: node.metadata.uid.clone(),
-                resource_version: node.metadata.resource_version.clone(),
-                ..ObjectMeta::default()
-            },
+            uid: node.metadata.uid.as_deref().map(Box::from),
+            resource_version: node.metadata.resource_version.as_deref().map(Box::from),
             view: NodeView::from_node(node),
             annotations: OurAnnotations {
                 any: node.metadata.annotations.is_some(),
@@ -150,7 +175,26 @@ struct NodeConditionWire {
     last_heartbeat_time: Option<Time>,
 }
 
-impl<'de> Deserialize<'de> for CachedNode {
+impl WatchedNode {
+    /// What the watch would bring for a full Node (tests, and nodes from other sources).
+    pub fn from_node(node: &Node) -> Self {
+        WatchedNode::of(CachedNode::from_node(node))
+    }
+
+    /// The wire form of a node the cache holds.
+    pub fn of(node: CachedNode) -> Self {
+        WatchedNode {
+            meta: ObjectMeta {
+                name: Some(node.name().to_string()),
+                resource_version: node.resource_version().map(str::to_string),
+                ..ObjectMeta::default()
+            },
+            node,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WatchedNode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let NodeWire {
             metadata: m,
@@ -179,21 +223,26 @@ impl<'de> Deserialize<'de> for CachedNode {
             bootstrapped: Bootstrapped::parse(annotations.bootstrapped.as_deref()),
             drains: DrainStarts::parse(annotations.drain_started.as_deref()),
         };
-        Ok(CachedNode {
+        // Exact-size strings: the cache holds them for as long as the node lives.
+        let node = CachedNode {
+            uid: m.uid.map(String::into_boxed_str),
+            resource_version: m.resource_version.as_deref().map(Box::from),
+            view,
+            annotations,
+        };
+        Ok(WatchedNode {
             meta: ObjectMeta {
                 name: m.name,
-                uid: m.uid,
                 resource_version: m.resource_version,
                 ..ObjectMeta::default()
             },
-            view,
-            annotations,
+            node,
         })
     }
 }
 
 /// Lives where Nodes do: only the decoding differs.
-impl Resource for CachedNode {
+impl Resource for WatchedNode {
     type DynamicType = ();
     type Scope = ClusterResourceScope;
 
@@ -259,13 +308,16 @@ mod tests {
 
     #[test]
     fn decoding_keeps_what_the_full_node_says() {
-        let cached: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
+        let watched: WatchedNode = serde_json::from_value(kubelet_node()).unwrap();
         let full: Node = serde_json::from_value(kubelet_node()).unwrap();
+        assert_eq!(watched, WatchedNode::from_node(&full));
+        assert_eq!(watched.meta().resource_version.as_deref(), Some("42"));
+        let cached = watched.node;
         assert_eq!(cached, CachedNode::from_node(&full));
         assert_eq!(cached.view, NodeView::from_node(&full));
         assert_eq!(cached.name(), "n1");
         assert_eq!(cached.resource_version(), Some("42"));
-        assert_eq!(cached.meta().uid.as_deref(), Some("u1"));
+        assert_eq!(cached.uid(), Some("u1"));
         assert_eq!(cached.taints().len(), 1);
         assert_eq!(cached.view.managed.owner("k:NoSchedule"), Some("p"));
         assert!(cached.view.bootstrapped.completed("b", "uid-b"));
@@ -289,23 +341,20 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("annotations");
-        let cached: CachedNode = serde_json::from_value(node).unwrap();
+        let cached = serde_json::from_value::<WatchedNode>(node).unwrap().node;
         assert_eq!(cached.annotations, OurAnnotations::default());
         let mut other = kubelet_node();
         other["metadata"]["annotations"] = json!({"x": "y"});
-        let cached: CachedNode = serde_json::from_value(other).unwrap();
+        let cached = serde_json::from_value::<WatchedNode>(other).unwrap().node;
         assert!(cached.annotations.any);
         assert_eq!(cached.annotations.managed, None);
     }
 
     #[test]
     fn cached_nodes_live_where_nodes_do() {
-        let cached: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
-        assert_eq!(CachedNode::url_path(&(), None), "/api/v1/nodes");
-        let r = cached.object_ref(&());
-        assert_eq!(
-            r,
-            Node::object_ref(&serde_json::from_value(kubelet_node()).unwrap(), &())
-        );
+        let watched: WatchedNode = serde_json::from_value(kubelet_node()).unwrap();
+        assert_eq!(WatchedNode::url_path(&(), None), "/api/v1/nodes");
+        let full: Node = serde_json::from_value(kubelet_node()).unwrap();
+        assert_eq!(watched.node.object_ref(), full.object_ref(&()));
     }
 }

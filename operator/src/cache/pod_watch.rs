@@ -16,14 +16,12 @@ use kube::{
     Api, Client,
     runtime::{
         WatchStreamExt,
-        reflector::ObjectRef,
         watcher::{self, Event},
     },
 };
 use tokio::{sync::mpsc::UnboundedSender, task::AbortHandle};
 
 use crate::{
-    cache::node_cache::CachedNode,
     cache::pod_cache::PodCache,
     cache::slim::SlimPod,
     cache::{
@@ -49,7 +47,7 @@ pub struct PodWatches {
     running: Mutex<HashMap<WatchKey, Running>>,
     next_id: AtomicU64,
     /// Nodes to re-evaluate because one of their critical pods changed.
-    changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
+    changed_nodes: UnboundedSender<String>,
     metrics: Metrics,
     lists: Arc<InitialLists>,
 }
@@ -71,7 +69,7 @@ pub fn wanted_watches(set: &PolicySet) -> BTreeSet<WatchKey> {
 impl PodWatches {
     pub fn new(
         client: Client,
-        changed_nodes: UnboundedSender<ObjectRef<CachedNode>>,
+        changed_nodes: UnboundedSender<String>,
         metrics: Metrics,
         lists: Arc<InitialLists>,
     ) -> Self {
@@ -160,7 +158,7 @@ impl PodWatches {
 
     fn notify(&self, nodes: Vec<String>) {
         for n in nodes {
-            let _ = self.changed_nodes.send(ObjectRef::new(&n));
+            let _ = self.changed_nodes.send(n);
         }
     }
 }
@@ -181,7 +179,7 @@ async fn watch_pods(
     id: u64,
     cache: Arc<RwLock<PodCache>>,
     synced: Arc<AtomicBool>,
-    changed: UnboundedSender<ObjectRef<CachedNode>>,
+    changed: UnboundedSender<String>,
     metrics: Metrics,
 ) {
     let mut stream = relist_at_once(events)
@@ -200,7 +198,7 @@ async fn watch_pods(
     };
     let send = |nodes: Vec<String>| {
         for n in nodes {
-            let _ = changed.send(ObjectRef::new(&n));
+            let _ = changed.send(n);
         }
     };
     let mut restarts = RestartCounter::new("pods");

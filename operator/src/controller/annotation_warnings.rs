@@ -13,10 +13,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{
-    Resource,
-    runtime::events::{Event, EventType},
-};
+use kube::runtime::events::{Event, EventType};
 use taint_operator_crd::{
     BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, MANAGED_TAINTS_ANNOTATION,
 };
@@ -66,7 +63,7 @@ pub fn warn_malformed(
             action: "IgnoreAnnotation".into(),
             secondary: None,
         };
-        emit(event, node.object_ref(&()));
+        emit(event, node.object_ref());
     }
 }
 

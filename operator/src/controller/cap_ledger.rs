@@ -4,9 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kube::runtime::reflector::Store;
-
-use crate::cache::node_cache::CachedNode;
+use crate::cache::node_store::NodeStore;
 use engine::{
     cluster::NodeView, decision::NodeEvaluation, node_plan::carries, policy_set::PolicySet,
 };
@@ -30,7 +28,7 @@ impl CapLedger {
         set: &PolicySet,
         eval: &NodeEvaluation,
         node: &NodeView,
-        nodes: &Store<CachedNode>,
+        nodes: &NodeStore,
     ) -> Vec<bool> {
         (0..set.policies.len())
             .map(|i| {
@@ -63,19 +61,11 @@ impl CapLedger {
                 };
                 let carrying = self.carrying.entry(p.name.clone()).or_default();
                 // Nodes that left the cluster hold no place.
-                carrying.retain(|n| {
-                    nodes
-                        .get(&kube::runtime::reflector::ObjectRef::new(n))
-                        .is_some()
-                });
+                carrying.retain(|n| nodes.get(n).is_some());
                 // Nodes not reconciled since this replica started hold a place when
                 // the cache shows them carrying the taints.
                 let observed = self.observed.entry(p.name.clone()).or_default();
-                observed.retain(|n| {
-                    nodes
-                        .get(&kube::runtime::reflector::ObjectRef::new(n))
-                        .is_some()
-                });
+                observed.retain(|n| nodes.get(n).is_some());
                 let cached = nodes
                     .state()
                     .iter()

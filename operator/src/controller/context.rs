@@ -20,6 +20,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::{
     cache::node_cache::CachedNode,
+    cache::node_store::NodeStore,
     cache::pod_cache::PodCache,
     cache::pod_watch::PodWatches,
     controller::annotation_warnings::Reported,
@@ -33,7 +34,7 @@ use engine::policy_set::PolicySet;
 
 pub struct Context {
     pub client: Client,
-    pub nodes: Store<CachedNode>,
+    pub nodes: NodeStore,
     pub policies: Store<TaintPolicy>,
     pub policy_set: RwLock<Arc<PolicySet>>,
     pub pods: Arc<RwLock<PodCache>>,
@@ -146,7 +147,7 @@ fn policy_ref(policies: Store<TaintPolicy>) -> node_events::PolicyRef {
 impl Context {
     pub fn new(
         client: Client,
-        nodes: Store<CachedNode>,
+        nodes: NodeStore,
         policies: Store<TaintPolicy>,
         pod_watches: PodWatches,
         metrics: Metrics,
@@ -294,9 +295,7 @@ impl Context {
     /// cache already has moved past the node the write replaced.
     fn remember_write(&self, base_resource_version: &str, written: &CachedNode) {
         let name = written.name().to_string();
-        let cached = self
-            .nodes
-            .get(&kube::runtime::reflector::ObjectRef::new(&name));
+        let cached = self.nodes.get(&name);
         if cached.is_some_and(|c| c.resource_version() == Some(base_resource_version)) {
             self.recent_writes
                 .lock()

@@ -6,10 +6,7 @@
 use std::{cell::OnceCell, collections::HashSet, sync::Arc, time::Duration};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Resource,
-    runtime::events::{Event, EventType},
-};
+use kube::runtime::events::{Event, EventType};
 use taint_operator_crd::PolicyTaint;
 
 use crate::{
@@ -181,7 +178,7 @@ fn report_blocked(ctx: &Context, node: &CachedNode, policy: &str, round: &Round)
             action: "Evict".into(),
             secondary: None,
         };
-        ctx.emit(event, node.object_ref(&()));
+        ctx.emit(event, node.object_ref());
     }
 }
 
@@ -339,7 +336,7 @@ fn emit(ctx: &Context, node: &CachedNode, reason: &str, note: String) {
         action: "Drain".into(),
         secondary: None,
     };
-    ctx.emit(event, node.object_ref(&()));
+    ctx.emit(event, node.object_ref());
 }
 
 fn describe<'t>(taints: impl Iterator<Item = &'t PolicyTaint>) -> String {

@@ -8,10 +8,10 @@ use std::{
 };
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Resource, runtime::reflector::ObjectRef};
+use kube::Api;
 
 use crate::{
-    cache::node_cache::CachedNode,
+    cache::node_cache::{CachedNode, WatchedNode},
     controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
@@ -36,7 +36,7 @@ pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 /// The node queue's reconcile: the node as the cache has it when a worker takes it.
 pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
     // Deleted since it was queued: nothing to do.
-    let Some(node) = ctx.nodes.get(&ObjectRef::new(&work.node)) else {
+    let Some(node) = ctx.nodes.get(&work.node) else {
         return Next::AwaitChange;
     };
     match reconcile(node, ctx.clone()).await {
@@ -135,7 +135,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     let held_back = Mutex::new(false);
     let drain_wake = Mutex::new((None::<Timestamp>, false));
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
-    let api: Api<CachedNode> = Api::all(ctx.client.clone());
+    let api: Api<WatchedNode> = Api::all(ctx.client.clone());
     let replan = |n: &CachedNode| -> NodePlan {
         let view = &n.view;
         let pods = ctx.pods.read().expect("pod cache lock");
@@ -255,7 +255,7 @@ fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
             continue;
         }
         ctx.emit_taints(TaintEvent {
-            node: node.object_ref(&()),
+            node: node.object_ref(),
             reason: if added { "TaintAdded" } else { "TaintRemoved" }.into(),
             action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
             changes: explained,

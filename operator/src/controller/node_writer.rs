@@ -15,7 +15,7 @@ use taint_operator_crd::{
 };
 
 use crate::{
-    cache::node_cache::CachedNode,
+    cache::node_cache::{CachedNode, WatchedNode},
     controller::error::{Error, Result},
     telemetry::metrics::Metrics,
 };
@@ -104,7 +104,7 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 /// Plans against `node` with `replan` and writes the result, re-reading and
 /// re-planning on conflicts. Returns `None` when the node needs no change.
 pub async fn write_node(
-    api: &Api<CachedNode>,
+    api: &Api<WatchedNode>,
     metrics: &Metrics,
     mut node: CachedNode,
     replan: impl Fn(&CachedNode) -> NodePlan,
@@ -131,7 +131,7 @@ pub async fn write_node(
             Ok(written) => {
                 return Ok(Some(Written {
                     plan,
-                    node: written,
+                    node: written.node,
                     base_resource_version: node.resource_version().unwrap_or_default().to_string(),
                 }));
             }
@@ -142,7 +142,8 @@ pub async fn write_node(
                 node = api
                     .get(&name)
                     .await
-                    .map_err(|e| Error::kube(format!("get node {name}"), e))?;
+                    .map_err(|e| Error::kube(format!("get node {name}"), e))?
+                    .node;
             }
             Err(e) => return Err(Error::kube(format!("patch node {name}"), e)),
         }

@@ -9,7 +9,7 @@ use kube::{
     Api, ResourceExt,
     runtime::{
         WatchStreamExt,
-        reflector::{ObjectRef, store::Writer},
+        reflector::store::Writer,
         watcher::{self, Event},
     },
 };
@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     cache::{
         initial_list::{InitialLists, watch_with_initial_list},
-        node_cache::CachedNode,
+        node_cache::WatchedNode,
         watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
     controller::{
@@ -33,12 +33,12 @@ use engine::policy_set::PolicySet;
 pub async fn feed_node_queue(
     ctx: Arc<Context>,
     queue: Arc<NodeQueue>,
-    mut changed: mpsc::UnboundedReceiver<ObjectRef<CachedNode>>,
+    mut changed: mpsc::UnboundedReceiver<String>,
     mut all: mpsc::UnboundedReceiver<()>,
 ) {
     loop {
         tokio::select! {
-            Some(node) = changed.recv() => queue.touch(&node.name),
+            Some(node) = changed.recv() => queue.touch(&node),
             Some(()) = all.recv() => {
                 for node in ctx.nodes.state() {
                     queue.touch(node.name());
@@ -53,48 +53,30 @@ pub async fn feed_node_queue(
 /// when the first full list is in.
 pub async fn drive_nodes(
     ctx: Arc<Context>,
-    api: Api<CachedNode>,
+    api: Api<WatchedNode>,
     lists: Arc<InitialLists>,
-    writer: Writer<CachedNode>,
-    touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
+    touched: mpsc::UnboundedSender<String>,
 ) {
     let events = relist_at_once(watch_with_initial_list(api, node_list_pages(), lists))
         .backoff(WatchBackoff::default());
-    follow_nodes(ctx, events, writer, touched).await
+    follow_nodes(ctx, events, touched).await
 }
 
 /// [`drive_nodes`] over any stream of node watch events.
 ///
 /// A node is queued only once the node cache holds the version its event brought.
-/// That matters for lists: the reflector collects a list's nodes and swaps them
-/// into the cache only when the list is done (`InitDone`). After the API server
-/// restarts, or a watch expires (410 Gone), the watcher lists again; a reconcile
-/// that ran on a node of that relist before it was done would plan on the node as
-/// it was before, find nothing to do, and nothing would queue the node again.
-pub async fn follow_nodes<S>(
-    ctx: Arc<Context>,
-    events: S,
-    writer: Writer<CachedNode>,
-    touched: mpsc::UnboundedSender<ObjectRef<CachedNode>>,
-) where
-    S: Stream<Item = Result<Event<CachedNode>, watcher::Error>> + Send,
+/// That matters for lists: a list's nodes replace the cache only when the list is
+/// done (`InitDone`). After the API server restarts, or a watch expires (410 Gone),
+/// the watcher lists again; a reconcile that ran on a node of that relist before it
+/// was done would plan on the node as it was before, find nothing to do, and
+/// nothing would queue the node again.
+pub async fn follow_nodes<S>(ctx: Arc<Context>, events: S, touched: mpsc::UnboundedSender<String>)
+where
+    S: Stream<Item = Result<Event<WatchedNode>, watcher::Error>> + Send,
 {
-    // A node the cache has not seen, after the first list: a node joining. Looked up
-    // before the reflector stores it.
-    let joined = {
-        let ctx = ctx.clone();
-        move |event: &Result<Event<CachedNode>, watcher::Error>| {
-            if let Ok(Event::Apply(n)) = event
-                && ctx.nodes_synced.load(std::sync::atomic::Ordering::Acquire)
-                && ctx.nodes.get(&ObjectRef::new(n.name())).is_none()
-            {
-                ctx.metrics.nodes_joined.inc();
-            }
-        }
-    };
-    let mut stream = events.inspect(joined).reflect(writer).boxed();
-    // The names a list in progress has brought, queued when it is done.
-    let mut listed: Vec<String> = Vec::new();
+    let mut stream = std::pin::pin!(events);
+    // The nodes a list in progress has brought: the cache, once it is done.
+    let mut listed: Vec<Arc<crate::cache::node_cache::CachedNode>> = Vec::new();
     let mut list_started = std::time::Instant::now();
     let mut restarts = RestartCounter::new("nodes");
     while let Some(event) = stream.next().await {
@@ -103,13 +85,23 @@ pub async fn follow_nodes<S>(
             ctx.node_watch_health.delivered();
         }
         let ready: Vec<String> = match event {
-            Ok(Event::Apply(n)) => match ctx.watch_brought(&n) {
-                Brought::Parked | Brought::OwnEcho => continue,
-                Brought::Change => vec![n.name().to_string()],
-            },
+            Ok(Event::Apply(n)) => {
+                // A node the cache has not seen, after the first list: a node joining.
+                if ctx.nodes_synced.load(std::sync::atomic::Ordering::Acquire)
+                    && ctx.nodes.get(n.node.name()).is_none()
+                {
+                    ctx.metrics.nodes_joined.inc();
+                }
+                let node = ctx.nodes.apply(n.node);
+                match ctx.watch_brought(&node) {
+                    Brought::Parked | Brought::OwnEcho => continue,
+                    Brought::Change => vec![node.name().to_string()],
+                }
+            }
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
-                ctx.node_seen(n.name());
+                ctx.nodes.delete(n.node.name());
+                ctx.node_seen(n.node.name());
                 continue;
             }
             Ok(Event::Init) => {
@@ -118,19 +110,21 @@ pub async fn follow_nodes<S>(
                 continue;
             }
             Ok(Event::InitApply(n)) => {
-                listed.push(n.name().to_string());
+                listed.push(Arc::new(n.node));
                 continue;
             }
             Ok(Event::InitDone) => {
+                let names: Vec<String> = listed.iter().map(|n| n.name().to_string()).collect();
+                ctx.nodes.replace(std::mem::take(&mut listed));
                 ctx.nodes_synced
                     .store(true, std::sync::atomic::Ordering::Release);
                 // A replica taking over writes nothing until every list is in.
                 tracing::info!(
-                    nodes = listed.len(),
+                    nodes = names.len(),
                     seconds = list_started.elapsed().as_secs_f64(),
                     "listed nodes"
                 );
-                std::mem::take(&mut listed)
+                names
             }
             Err(e) => {
                 tracing::warn!(error = %e, "node watch failed; retrying");
@@ -140,7 +134,7 @@ pub async fn follow_nodes<S>(
         };
         for name in ready {
             ctx.node_seen(&name);
-            if touched.send(ObjectRef::new(&name)).is_err() {
+            if touched.send(name).is_err() {
                 return;
             }
         }

@@ -24,6 +24,7 @@ use kube::{
 use taint_operator::{
     cache::initial_list::InitialLists,
     cache::node_cache::CachedNode,
+    cache::node_store::NodeStore,
     cache::pod_watch::PodWatches,
     controller::{
         context::{CleanupGrace, Context, ContextOptions},
@@ -68,11 +69,11 @@ pub fn ready_condition(
 /// The operator's `Context` over a mocked API server, with the caches filled by hand.
 pub struct Harness {
     pub ctx: Arc<Context>,
-    nodes: Writer<CachedNode>,
+    nodes: NodeStore,
     policies: Writer<TaintPolicy>,
     _synced: watch::Sender<bool>,
     /// Nodes the operator asked the node controller to evaluate again.
-    pub changed_nodes: mpsc::UnboundedReceiver<ObjectRef<CachedNode>>,
+    pub changed_nodes: mpsc::UnboundedReceiver<String>,
 }
 
 /// A context whose caches hold `policies` and `nodes` (as the node
@@ -132,13 +133,13 @@ fn build_harness(
     let client = ClientBuilder::new(service, "default")
         .with_layer(&ApiMetricsLayer(metrics.clone()))
         .build();
-    let (node_store, node_writer) = reflector::store::<CachedNode>();
+    let node_store = NodeStore::default();
     let (policy_store, policy_writer) = reflector::store::<TaintPolicy>();
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
     let (synced_tx, synced_rx) = watch::channel(true);
     let mut ctx = Context::new(
         client.clone(),
-        node_store,
+        node_store.clone(),
         policy_store,
         // The scripted API servers answer paged lists.
         PodWatches::new(
@@ -161,7 +162,7 @@ fn build_harness(
     ctx.clock = clock;
     let mut h = Harness {
         ctx: Arc::new(ctx),
-        nodes: node_writer,
+        nodes: node_store,
         policies: policy_writer,
         _synced: synced_tx,
         changed_nodes: changed_rx,
@@ -180,8 +181,7 @@ fn build_harness(
 impl Harness {
     /// Puts the node into the node cache, kept as the node watcher keeps it.
     pub fn put_node(&mut self, node: Node) {
-        self.nodes
-            .apply_watcher_event(&watcher::Event::Apply(CachedNode::from_node(&node)));
+        self.nodes.apply(CachedNode::from_node(&node));
     }
 
     /// The operator's node queue with one worker (so nodes are reconciled in the
@@ -196,12 +196,6 @@ impl Harness {
                 .run(1, move |work| reconcile_named(work, ctx.clone())),
         );
         (queue, workers)
-    }
-
-    /// The node cache's writer, for a test that runs the node watch itself. After
-    /// this, `put_node` no longer reaches the cache.
-    pub fn take_node_writer(&mut self) -> Writer<CachedNode> {
-        std::mem::take(&mut self.nodes)
     }
 
     pub fn put_policy(&mut self, policy: TaintPolicy) {
@@ -229,7 +223,7 @@ impl Harness {
     pub fn node(&self, name: &str) -> Arc<CachedNode> {
         self.ctx
             .nodes
-            .get(&ObjectRef::new(name))
+            .get(name)
             .unwrap_or_else(|| panic!("node {name} is not in the cache"))
     }
 

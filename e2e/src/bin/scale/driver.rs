@@ -420,6 +420,7 @@ async fn operator_phases(
         ..PhaseResult::default()
     });
     report.settled_rss_kib = Some(s.rss_kib);
+    report.settled_rss_split_kib = Some((s.rss_anon_kib, s.rss_file_kib));
     report.total_cpu_secs = Some(s.cpu_secs);
 
     // ---- final state: annotations and policy status

@@ -242,6 +242,7 @@ async fn run(args: Args) -> Result<bool> {
         quiet: None,
         peak_rss_kib: None,
         settled_rss_kib: None,
+        settled_rss_split_kib: None,
         total_cpu_secs: None,
         final_check: vec![],
         policy_status: vec![],

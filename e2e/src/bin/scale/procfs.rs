@@ -9,6 +9,10 @@ use crate::env_path;
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ProcSample {
     pub(crate) rss_kib: u64,
+    /// The heap and stacks (RssAnon) and the mapped files, the binary's own pages
+    /// above all (RssFile): what the allocator holds against what the code takes.
+    pub(crate) rss_anon_kib: u64,
+    pub(crate) rss_file_kib: u64,
     pub(crate) hwm_kib: u64,
     pub(crate) cpu_secs: f64,
 }
@@ -40,6 +44,8 @@ pub(crate) fn read_proc(pid: u32, tck: f64) -> Option<ProcSample> {
     let stime: f64 = f.get(12)?.parse().ok()?;
     Some(ProcSample {
         rss_kib: field("VmRSS:")?,
+        rss_anon_kib: field("RssAnon:").unwrap_or_default(),
+        rss_file_kib: field("RssFile:").unwrap_or_default(),
         hwm_kib: field("VmHWM:")?,
         cpu_secs: (utime + stime) / tck,
     })

@@ -30,6 +30,8 @@ pub(crate) struct Report {
     pub(crate) quiet: Option<PhaseResult>,
     pub(crate) peak_rss_kib: Option<u64>,
     pub(crate) settled_rss_kib: Option<u64>,
+    /// The settled RSS split: (RssAnon, RssFile).
+    pub(crate) settled_rss_split_kib: Option<(u64, u64)>,
     pub(crate) total_cpu_secs: Option<f64>,
     pub(crate) final_check: Vec<String>,
     pub(crate) policy_status: Vec<Value>,
@@ -502,9 +504,11 @@ impl Report {
         let _ = writeln!(w, "\n### Operator process (/proc)\n");
         let _ = writeln!(
             w,
-            "- peak RSS (VmHWM): {} MiB; settled RSS after the quiet period: {} MiB; CPU (utime+stime) in total: {} s",
+            "- peak RSS (VmHWM): {} MiB; settled RSS after the quiet period: {} MiB ({} MiB heap and stacks, {} MiB mapped files); CPU (utime+stime) in total: {} s",
             fmt_opt(self.peak_rss_kib.map(mib), 1),
             fmt_opt(self.settled_rss_kib.map(mib), 1),
+            fmt_opt(self.settled_rss_split_kib.map(|(a, _)| mib(a)), 1),
+            fmt_opt(self.settled_rss_split_kib.map(|(_, f)| mib(f)), 1),
             fmt_opt(self.total_cpu_secs, 2)
         );
         if !self.policy_status.is_empty() {
@@ -690,6 +694,8 @@ impl Report {
             "operator_process": {
                 "peak_rss_mib": self.peak_rss_kib.map(mib),
                 "settled_rss_mib": self.settled_rss_kib.map(mib),
+                "settled_rss_anon_mib": self.settled_rss_split_kib.map(|(a, _)| mib(a)),
+                "settled_rss_file_mib": self.settled_rss_split_kib.map(|(_, f)| mib(f)),
                 "cpu_seconds": self.total_cpu_secs,
             },
             "policy_status": self.policy_status,
@@ -723,6 +729,7 @@ mod tests {
             quiet: None,
             peak_rss_kib: Some(100 * 1024),
             settled_rss_kib: Some(30 * 1024),
+            settled_rss_split_kib: Some((20 * 1024, 10 * 1024)),
             total_cpu_secs: None,
             final_check: vec![],
             policy_status: vec![],
