@@ -15,7 +15,7 @@ use taint_operator_crd::{
 };
 
 use crate::{
-    labels::{Labels, Sym, sym},
+    labels::{Labels, NodeLabels, Sym, sym},
     ownership::{Bootstrapped, DrainStarts, ManagedTaints},
     taints::NodeTaints,
     thin_str::ThinStr,
@@ -54,7 +54,7 @@ impl Seconds {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeView {
     pub name: String,
-    pub labels: Labels,
+    pub labels: NodeLabels,
     pub taints: NodeTaints,
     pub conditions: Vec<NodeCondition>,
     pub managed: ManagedTaints,
@@ -66,9 +66,10 @@ impl NodeView {
     pub fn from_node(node: &Node) -> Self {
         let annotations = node.metadata.annotations.as_ref();
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
+        let name = node.metadata.name.clone().unwrap_or_default();
         NodeView {
-            name: node.metadata.name.clone().unwrap_or_default(),
-            labels: Labels::from_map(node.metadata.labels.as_ref()),
+            labels: NodeLabels::from_map(node.metadata.labels.as_ref(), &name),
+            name,
             taints: NodeTaints::new(
                 node.spec
                     .as_ref()

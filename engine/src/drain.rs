@@ -27,7 +27,7 @@ use crate::{
     cluster::{NodeView, PodIndex},
     decision::NodeFacts,
     duration::parse_go_duration,
-    labels::Labels,
+    labels::NodeLabels,
     ownership::{DrainStarts, ManagedTaints, taint_id},
     policy::InvalidSpec,
     policy_set::PolicySet,
@@ -120,7 +120,7 @@ fn parse_share(share: &IntOrString) -> Option<Share> {
 
 /// The zone a node is paced and held in: its `topology.kubernetes.io/zone` label;
 /// nodes without it form one zone, `""`.
-pub fn zone_of(labels: &Labels) -> &str {
+pub fn zone_of(labels: &NodeLabels) -> &str {
     labels.get(ZONE_LABEL).unwrap_or("")
 }
 

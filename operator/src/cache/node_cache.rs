@@ -22,7 +22,7 @@ use taint_operator_crd::{
 
 use engine::{
     cluster::{NodeCondition, NodeView, Seconds},
-    labels::{Labels, Sym, sym},
+    labels::{NodeLabels, Sym, sym},
     ownership::{Bootstrapped, DrainStarts, ManagedTaints},
     taints::NodeTaints,
 };
@@ -215,8 +215,8 @@ impl<'de> Deserialize<'de> for WatchedNode {
             last_heartbeat: Seconds::new(c.last_heartbeat_time.map(|t| t.0)),
         }));
         let view = NodeView {
+            labels: NodeLabels::from_map(m.labels.as_ref(), m.name.as_deref().unwrap_or_default()),
             name: m.name.clone().unwrap_or_default(),
-            labels: Labels::from_map(m.labels.as_ref()),
             taints,
             conditions,
             managed: ManagedTaints::parse(annotations.managed.as_deref()),
