@@ -12,10 +12,11 @@
 //! | controller | `controller` | queues, reconcilers, the node writer, events, status, the cap ledger |
 //! | drains | `drain` | the pace and eviction retries a drain remembers; listing and evicting a node's pods |
 //! | caches | `cache` | what the watches keep of nodes and pods, and how they decode |
-//! | leaves | `telemetry`, `memory`, `jitter` | logs and metrics; handing freed memory back; random spread on waits |
+//! | leaves | `telemetry`, `memory`, `jitter`, `api_connections` | logs and metrics; handing freed memory back; random spread on waits; the HTTP client under kube's |
 //! | engine | the `engine` crate | the pure decision core |
 
 pub mod admission;
+pub mod api_connections;
 pub mod cache;
 pub mod controller;
 pub mod crd_adopt;

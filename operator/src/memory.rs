@@ -29,3 +29,18 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// How often [`trim_periodically`] hands free memory back.
+pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Hands free memory back every [`TRIM_EVERY`]. Some memory is freed with no
+/// large step to trim after: an idle API connection closing (see
+/// `api_connections`), a batch of node events sent. A few milliseconds each time.
+pub async fn trim_periodically() {
+    let mut every = tokio::time::interval(TRIM_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        release_free_memory();
+    }
+}

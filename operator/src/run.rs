@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, Config,
     api::ListParams,
-    client::ClientBuilder,
     runtime::{Controller, reflector, watcher},
 };
 use taint_operator_crd::TaintPolicy;
@@ -132,7 +131,7 @@ pub async fn client_with(
         .to_string()
         .trim_end_matches('/')
         .to_string();
-    let builder = ClientBuilder::try_from(config)
+    let builder = crate::api_connections::client_builder(&config)
         .map_err(|e| StartupError::Kubeconfig(one_line(&describe(&e))))?
         .with_layer(&ApiMetricsLayer(metrics.clone()));
     // tower's limiter holds requests back in windows of one second, `qps` each: a
@@ -335,6 +334,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         changed_nodes_tx.clone(),
     ));
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
+    tokio::spawn(crate::memory::trim_periodically());
     let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
     tokio::spawn(feed_node_queue(
         ctx.clone(),

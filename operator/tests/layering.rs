@@ -26,6 +26,7 @@ fn layer(module: &str) -> (u8, &'static str) {
         "telemetry" => (0, "telemetry"),
         "memory" => (0, "memory"),
         "jitter" => (0, "jitter"),
+        "api_connections" => (0, "api_connections"),
         other => panic!("module {other} has no layer: add it to layering.rs and lib.rs's table"),
     }
 }
