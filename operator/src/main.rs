@@ -1,5 +1,10 @@
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
+/// jemalloc, configured in `taint_operator::memory`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Args, Parser, Subcommand};
 use engine::duration::parse_go_duration;
 use taint_operator::{
@@ -195,7 +200,6 @@ fn run_command(args: RunArgs) -> ExitCode {
         api_qps: args.api_qps,
         event_qps: args.event_qps,
     };
-    taint_operator::memory::use_one_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -211,8 +211,9 @@ pub(crate) fn one_line(message: &str) -> String {
 pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let metrics = Metrics::default();
     metrics.mark_registered(&cfg.registered_webhooks);
-    // kube's client logs every failed request at ERROR; at start-up the one line
-    // returned here says it all, so nothing else is printed before it.
+    // kube logs what goes wrong while it reads the kubeconfig and sends a request;
+    // at start-up the one line returned here says it all, so nothing else is
+    // printed before it.
     let (client, url) = client(&metrics, cfg.api_qps)
         .with_subscriber(tracing::subscriber::NoSubscriber::default())
         .await?;
@@ -334,7 +335,6 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         changed_nodes_tx.clone(),
     ));
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
-    tokio::spawn(crate::memory::trim_periodically());
     let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
     tokio::spawn(feed_node_queue(
         ctx.clone(),
