@@ -329,7 +329,7 @@ pub(crate) async fn baseline_rounds(
         let changes = flip_condition(
             client,
             n,
-            c,
+            crate::driver::flip_concurrency(args),
             BASELINE_CONDITION,
             if on { "True" } else { "False" },
             if on {

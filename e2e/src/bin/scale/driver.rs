@@ -249,7 +249,7 @@ async fn operator_phases(
     report: &mut Report,
 ) -> Result<World> {
     let n = args.nodes;
-    let c = args.concurrency;
+    let flips = flip_concurrency(args);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
     // Longer than the operator's event quiet period (2 s), so a phase's events
     // count in that phase and do not go out during the next one.
@@ -330,12 +330,20 @@ async fn operator_phases(
         let t0 = Instant::now();
         let changes = match kind {
             "taint" => {
-                flip_condition(client, n, c, FAULT_CONDITION, "True", "BenchFaultDetected").await?
+                flip_condition(
+                    client,
+                    n,
+                    flips,
+                    FAULT_CONDITION,
+                    "True",
+                    "BenchFaultDetected",
+                )
+                .await?
             }
             "untaint" => {
-                flip_condition(client, n, c, FAULT_CONDITION, "False", "BenchHealthy").await?
+                flip_condition(client, n, flips, FAULT_CONDITION, "False", "BenchHealthy").await?
             }
-            "readiness" => ready_critical_pods(client, &args.namespace, n, critical, c).await?,
+            "readiness" => ready_critical_pods(client, &args.namespace, n, critical, flips).await?,
             _ => {
                 let api: Api<TaintPolicy> = Api::all(client.clone());
                 api.delete("bench-always", &DeleteParams::default())
@@ -489,6 +497,11 @@ async fn operator_phases(
 
 /// The operator's worker count: as given, else the baseline's concurrency, so the
 /// baseline always has at least as many requests in flight as the operator has workers.
+/// Condition flips and readiness patches in flight in a phase.
+pub fn flip_concurrency(args: &Args) -> usize {
+    args.flip_concurrency.unwrap_or(args.concurrency)
+}
+
 pub fn operator_workers(args: &Args) -> u16 {
     args.operator_concurrency
         .unwrap_or_else(|| u16::try_from(args.concurrency).unwrap_or(u16::MAX))

@@ -90,6 +90,12 @@ struct Args {
     /// baseline's concurrency (the default equals the operator's default worker count).
     #[arg(long, default_value_t = 48)]
     concurrency: usize,
+    /// Condition flips (and readiness patches) in flight in a phase, the same for
+    /// both runners (default: --concurrency). Below --concurrency, the writers get
+    /// a larger share of the API server than the changes they follow: both keep up,
+    /// rather than racing the flips for an even share.
+    #[arg(long)]
+    flip_concurrency: Option<usize>,
     /// The quiet period at the end, in which the operator must not write.
     #[arg(long, default_value_t = 60)]
     quiet_secs: u64,
@@ -176,6 +182,9 @@ async fn run(args: Args) -> Result<bool> {
     }
     if args.concurrency == 0 || args.concurrency > usize::from(u16::MAX) {
         bail!("--concurrency must be between 1 and {}", u16::MAX);
+    }
+    if args.flip_concurrency.is_some_and(|f| f == 0) {
+        bail!("--flip-concurrency must be at least 1");
     }
     if let Some(c) = args.operator_concurrency
         && usize::from(c) > args.concurrency

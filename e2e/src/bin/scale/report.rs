@@ -273,8 +273,9 @@ impl Report {
         );
         let _ = writeln!(
             w,
-            "- request concurrency of setup, condition flips and baseline: {}",
-            a.concurrency
+            "- requests in flight: setup and baseline {}, condition flips {}",
+            a.concurrency,
+            crate::driver::flip_concurrency(a)
         );
         if let Some(r) = self.operator_ready_secs {
             let _ = writeln!(w, "- operator /readyz (caches synced) {r:.2} s after start");
@@ -675,7 +676,8 @@ impl Report {
             "critical_pods_per_node": self.critical.per_node,
             "k_policies": self.policies.len(), "policies": self.policies,
             "images_per_node": a.images_per_node, "node_json_bytes": self.node_json_bytes,
-            "concurrency": a.concurrency, "operator_concurrency": crate::driver::operator_workers(a),
+            "concurrency": a.concurrency, "flip_concurrency": crate::driver::flip_concurrency(a),
+            "operator_concurrency": crate::driver::operator_workers(a),
             "leader_election": self.leader_election,
             "operator_version": self.operator_version,
             "machine": {
