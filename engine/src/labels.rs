@@ -22,6 +22,12 @@ pub trait LabelMap {
     fn get(&self, key: &str) -> Option<&str>;
     /// Every label, sorted by key.
     fn sorted(&self) -> impl Iterator<Item = (&str, &str)>;
+
+    fn to_map(&self) -> BTreeMap<String, String> {
+        self.sorted()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 }
 
 impl LabelMap for BTreeMap<String, String> {
@@ -47,15 +53,11 @@ impl Default for Labels {
 impl Labels {
     /// The interned set of these labels (given in any order; a key given twice keeps its last value).
     pub fn new<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let mut pairs: Vec<(&str, &str)> = labels.into_iter().collect();
-        pairs.sort_by(|a, b| a.0.cmp(b.0));
-        pairs.dedup_by(|later, earlier| {
-            let same = later.0 == earlier.0;
-            if same {
-                earlier.1 = later.1;
-            }
-            same
-        });
+        Labels::of_sorted(sorted_by_key(labels))
+    }
+
+    /// The interned set of `pairs`, sorted by key already, each key once.
+    fn of_sorted(pairs: Vec<(&str, &str)>) -> Self {
         let set: Arc<[(Sym, Sym)]> = pairs.into_iter().map(|(k, v)| (sym(k), sym(v))).collect();
         Labels(INTERNED.sets.intern(set))
     }
@@ -82,12 +84,22 @@ impl Labels {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
 
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.sorted()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+/// `labels` sorted by key; a key given twice keeps its last value.
+fn sorted_by_key<'a>(
+    labels: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut pairs: Vec<(&str, &str)> = labels.into_iter().collect();
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    pairs.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            earlier.1 = later.1;
+        }
+        same
+    });
+    pairs
 }
 
 impl LabelMap for Labels {
@@ -128,18 +140,18 @@ impl NodeLabels {
     /// The labels of the node named `name` (given in any order; a key given twice
     /// keeps its last value).
     pub fn new<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>, name: &str) -> Self {
-        let all = Labels::new(labels);
-        if name.is_empty() || !all.0.iter().any(|(_, v)| &**v == name) {
-            return NodeLabels {
-                shared: all,
-                own: None,
-            };
-        }
-        let (own, shared): (Vec<_>, Vec<_>) = all.0.iter().partition(|(_, v)| &**v == name);
-        let keys: Arc<[Sym]> = own.into_iter().map(|(k, _)| k.clone()).collect();
+        // Split before interning: neither the node's whole set nor its name goes
+        // into the interners, where each would stay until the next sweep.
+        let (own, shared): (Vec<_>, Vec<_>) = sorted_by_key(labels)
+            .into_iter()
+            .partition(|(_, v)| !name.is_empty() && *v == name);
+        let own = (!own.is_empty()).then(|| {
+            let keys: Arc<[Sym]> = own.into_iter().map(|(k, _)| sym(k)).collect();
+            (INTERNED.keys.intern(keys), Arc::from(name))
+        });
         NodeLabels {
-            shared: Labels::new(shared.into_iter().map(|(k, v)| (&**k, &**v))),
-            own: Some((INTERNED.keys.intern(keys), Arc::from(name))),
+            shared: Labels::of_sorted(shared),
+            own,
         }
     }
 
@@ -167,12 +179,6 @@ impl NodeLabels {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.sorted()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 }
 
