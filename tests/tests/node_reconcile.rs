@@ -1293,3 +1293,66 @@ async fn a_change_that_comes_while_the_write_is_on_its_way_is_reconciled_after_i
     assert_eq!(metrics.node_echoes_skipped.get(), 0);
     assert_eq!(metrics.node_writes.get(), 2);
 }
+
+/// The node watch keeps the node cache itself: a list replaces the cache only when
+/// it is done, a node deleted leaves it, a node applied after the list is in it
+/// (and counts as joined), and every touched node is named to the queue.
+#[tokio::test]
+async fn the_node_watch_keeps_the_node_cache() {
+    use futures::channel::mpsc as events;
+    use kube::runtime::watcher::Event;
+    use taint_operator::{cache::node_cache::WatchedNode, controller::watches::follow_nodes};
+    use tokio::sync::mpsc;
+
+    let (mut h, api) = harness(&[], &[]);
+    // Cached before the list: gone once the list (which does not have it) is done.
+    h.put_node(served_node("stale").build());
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            let ctx = h.ctx.clone();
+            let (watch_tx, watch_rx) = events::unbounded();
+            let (touched_tx, mut touched) = mpsc::unbounded_channel();
+            let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, touched_tx));
+            let send = |e| watch_tx.unbounded_send(Ok(e)).unwrap();
+            let node = |name: &str| WatchedNode::from_node(&served_node(name).build());
+
+            send(Event::Init);
+            send(Event::InitApply(node("n1")));
+            send(Event::InitApply(node("n2")));
+            // Not yet: the cache is what it was until the list is done.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(ctx.nodes.get("stale").is_some() && ctx.nodes.get("n1").is_none());
+            assert!(touched.try_recv().is_err());
+            send(Event::InitDone);
+            let mut names = vec![touched.recv().await.unwrap(), touched.recv().await.unwrap()];
+            names.sort();
+            assert_eq!(names, ["n1", "n2"]);
+            assert!(ctx.nodes.get("stale").is_none());
+            assert!(ctx.nodes.get("n1").is_some() && ctx.nodes.get("n2").is_some());
+
+            send(Event::Apply(node("n3")));
+            assert_eq!(touched.recv().await.unwrap(), "n3");
+            assert!(ctx.nodes.get("n3").is_some());
+            assert_eq!(ctx.metrics.nodes_joined.get(), 1);
+
+            send(Event::Delete(node("n2")));
+            send(Event::Apply(node("n1")));
+            assert_eq!(touched.recv().await.unwrap(), "n1");
+            assert!(ctx.nodes.get("n2").is_none());
+            assert_eq!(ctx.nodes.len(), 2);
+            // n1 was known already: not a node joining.
+            assert_eq!(ctx.metrics.nodes_joined.get(), 1);
+
+            drop(send);
+            drop(watch_tx);
+            watch.await.unwrap();
+            drop(h);
+        },
+    )
+    .await;
+    assert_eq!(metrics.nodes_joined.get(), 1);
+}

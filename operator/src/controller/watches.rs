@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     cache::{
         initial_list::{InitialLists, watch_with_initial_list},
-        node_cache::WatchedNode,
+        node_cache::{CachedNode, WatchedNode},
         watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
     controller::{
@@ -76,7 +76,7 @@ where
 {
     let mut stream = std::pin::pin!(events);
     // The nodes a list in progress has brought: the cache, once it is done.
-    let mut listed: Vec<Arc<crate::cache::node_cache::CachedNode>> = Vec::new();
+    let mut listed: Vec<Arc<CachedNode>> = Vec::new();
     let mut list_started = std::time::Instant::now();
     let mut restarts = RestartCounter::new("nodes");
     while let Some(event) = stream.next().await {
