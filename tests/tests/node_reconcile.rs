@@ -1347,7 +1347,6 @@ async fn the_node_watch_keeps_the_node_cache() {
             // n1 was known already: not a node joining.
             assert_eq!(ctx.metrics.nodes_joined.get(), 1);
 
-            drop(send);
             drop(watch_tx);
             watch.await.unwrap();
             drop(h);
