@@ -2,7 +2,8 @@
 //! behind (`apiserver_terminated_watchers_total`): the cacher gives each watcher a
 //! small buffer, and when one is full for longer than its dispatch budget it ends
 //! that watch rather than hold every other watcher back. The client sees a watch
-//! that ended cleanly and opens a new one from its last resourceVersion.
+//! that ended cleanly and opens a new one from its last resourceVersion. Also the
+//! Go runtime's garbage collection CPU and heap allocation.
 
 use std::collections::BTreeMap;
 
@@ -11,54 +12,78 @@ use kube::Client;
 use crate::Result;
 
 const TERMINATED_WATCHERS: &str = "apiserver_terminated_watchers_total";
+/// The Go runtime's CPU seconds in garbage collection (runtime/metrics `/cpu/classes/gc/total`).
+const GC_CPU: &str = "go_cpu_classes_gc_total_cpu_seconds_total";
+/// Bytes the Go runtime has allocated on the heap since the process started.
+const HEAP_ALLOCATED: &str = "go_gc_heap_allocs_bytes_total";
 
-/// Watches the API server closed for falling behind, by resource, since it started.
-/// A resource none were closed for has no series and reads 0.
-pub(crate) async fn watchers_closed(client: &Client) -> Result<BTreeMap<String, f64>> {
+/// Counters of the API server's own, read from its /metrics: what a phase cost it
+/// beyond the CPU seconds /proc shows. On two shared cores a loaded API server
+/// spends much of its CPU collecting garbage, so what a client makes it allocate
+/// (large lists, big objects) slows every other request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ApiServerCounters {
+    /// Resource -> watches closed for falling behind. A resource none were closed
+    /// for has no series and reads 0.
+    pub(crate) watchers_closed: BTreeMap<String, f64>,
+    pub(crate) gc_cpu_secs: f64,
+    pub(crate) heap_allocated_bytes: f64,
+}
+
+impl ApiServerCounters {
+    /// The increase from `before` to `self`; resources with no new closes are left out.
+    pub(crate) fn since(&self, before: &Self) -> Self {
+        let watchers_closed = self
+            .watchers_closed
+            .iter()
+            .map(|(resource, v)| {
+                let b = before.watchers_closed.get(resource).copied().unwrap_or(0.0);
+                (resource.clone(), v - b)
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
+        Self {
+            watchers_closed,
+            gc_cpu_secs: self.gc_cpu_secs - before.gc_cpu_secs,
+            heap_allocated_bytes: self.heap_allocated_bytes - before.heap_allocated_bytes,
+        }
+    }
+}
+
+/// The API server's counters since it started.
+pub(crate) async fn apiserver_counters(client: &Client) -> Result<ApiServerCounters> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let text = client
         .request_text(request)
         .await
         .map_err(|e| format!("read the API server's /metrics: {e}"))?;
-    Ok(parse_watchers_closed(&text))
+    Ok(parse_counters(&text))
 }
 
-/// The increase of each resource's count from `before` to `after`.
-pub(crate) fn closed_since(
-    after: &BTreeMap<String, f64>,
-    before: &BTreeMap<String, f64>,
-) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(resource, v)| {
-            let b = before.get(resource).copied().unwrap_or(0.0);
-            (resource.clone(), v - b)
-        })
-        .filter(|(_, v)| *v > 0.0)
-        .collect()
-}
-
-fn parse_watchers_closed(text: &str) -> BTreeMap<String, f64> {
-    let mut closed = BTreeMap::new();
+fn parse_counters(text: &str) -> ApiServerCounters {
+    let mut counters = ApiServerCounters::default();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix(TERMINATED_WATCHERS) else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once(' ') else {
+        let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
         let Ok(value) = value.parse::<f64>() else {
             continue;
         };
-        let resource = labels
-            .split("resource=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or("")
-            .to_string();
-        *closed.entry(resource).or_default() += value;
+        if let Some(labels) = series.strip_prefix(TERMINATED_WATCHERS) {
+            let resource = labels
+                .split("resource=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string();
+            *counters.watchers_closed.entry(resource).or_default() += value;
+        } else if series == GC_CPU {
+            counters.gc_cpu_secs = value;
+        } else if series == HEAP_ALLOCATED {
+            counters.heap_allocated_bytes = value;
+        }
     }
-    closed
+    counters
 }
 
 #[cfg(test)]
@@ -73,23 +98,40 @@ mod tests {
 apiserver_terminated_watchers_total{group=\"\",resource=\"nodes\"} 7
 apiserver_terminated_watchers_total{group=\"\",resource=\"pods\"} 2
 apiserver_watch_events_total{group=\"\",resource=\"nodes\",version=\"v1\"} 90000
+go_cpu_classes_gc_total_cpu_seconds_total 12.5
+go_cpu_classes_gc_mark_assist_cpu_seconds_total 3.25
+go_gc_heap_allocs_bytes_total 1.090766016e+09
 ";
-        let closed = parse_watchers_closed(text);
+        let counters = parse_counters(text);
+        let closed = &counters.watchers_closed;
         assert_eq!(closed.len(), 2);
         assert_eq!(closed["nodes"], 7.0);
         assert_eq!(closed["pods"], 2.0);
+        assert_eq!(counters.gc_cpu_secs, 12.5);
+        assert_eq!(counters.heap_allocated_bytes, 1_090_766_016.0);
     }
 
     #[test]
     fn the_increase_leaves_out_resources_that_did_not_move() {
-        let before = BTreeMap::from([("nodes".to_string(), 3.0), ("pods".to_string(), 2.0)]);
-        let after = BTreeMap::from([("nodes".to_string(), 5.0), ("pods".to_string(), 2.0)]);
+        let closed = |pairs: &[(&str, f64)]| ApiServerCounters {
+            watchers_closed: pairs.iter().map(|(r, v)| (r.to_string(), *v)).collect(),
+            gc_cpu_secs: 10.0,
+            heap_allocated_bytes: 4e9,
+        };
+        let before = closed(&[("nodes", 3.0), ("pods", 2.0)]);
+        let mut after = closed(&[("nodes", 5.0), ("pods", 2.0)]);
+        after.gc_cpu_secs = 12.5;
+        after.heap_allocated_bytes = 5e9;
         assert_eq!(
-            closed_since(&after, &before),
-            BTreeMap::from([("nodes".to_string(), 2.0)])
+            after.since(&before),
+            ApiServerCounters {
+                watchers_closed: BTreeMap::from([("nodes".to_string(), 2.0)]),
+                gc_cpu_secs: 2.5,
+                heap_allocated_bytes: 1e9,
+            }
         );
         // a resource first closed during the phase has no series before it
-        let after = BTreeMap::from([("leases".to_string(), 1.0)]);
-        assert_eq!(closed_since(&after, &BTreeMap::new())["leases"], 1.0);
+        let after = closed(&[("leases", 1.0)]);
+        assert_eq!(after.since(&closed(&[])).watchers_closed["leases"], 1.0);
     }
 }

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::{
     Args, Result,
-    apiserver_metrics::{closed_since, watchers_closed},
+    apiserver_metrics::apiserver_counters,
     client_from,
     load::flip_condition,
     model::{
@@ -194,7 +194,7 @@ async fn cold_start(
     world.baseline_standing = true;
     let events_before = observer.events();
     let cpu_before = probes.snapshot();
-    let closed_before = watchers_closed(client).await?;
+    let apiserver_before = apiserver_counters(client).await?;
     observer.begin(expected_all(defs, n, *world));
     let counters = Arc::new(BaselineCounters::default());
     let standing = Arc::new(standing_taints(defs));
@@ -244,7 +244,7 @@ async fn cold_start(
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&cpu_before),
         cpu_to_right,
-        watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
+        apiserver: apiserver_counters(client).await?.since(&apiserver_before),
         ..PhaseResult::default()
     });
     Ok(())
@@ -323,7 +323,7 @@ pub(crate) async fn baseline_rounds(
         let conflicts_before = counters.conflicts.load(Ordering::Relaxed);
         let events_before = observer.events();
         let cpu_before = probes.snapshot();
-        let closed_before = watchers_closed(client).await?;
+        let apiserver_before = apiserver_counters(client).await?;
         observer.begin(expected_all(defs, n, world));
         let t0 = Instant::now();
         let changes = flip_condition(
@@ -372,7 +372,7 @@ pub(crate) async fn baseline_rounds(
             other_cpu: probes.since(&cpu_before),
             cpu_to_right,
             node_bytes,
-            watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
+            apiserver: apiserver_counters(client).await?.since(&apiserver_before),
             ..PhaseResult::default()
         });
     }

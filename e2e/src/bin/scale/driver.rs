@@ -18,7 +18,7 @@ use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, Tai
 
 use crate::{
     Args, PodStatusMode, Result,
-    apiserver_metrics::{closed_since, watchers_closed},
+    apiserver_metrics::apiserver_counters,
     baseline::baseline_rounds,
     client_from,
     load::{flip_condition, ready_critical_pods},
@@ -257,7 +257,7 @@ async fn operator_phases(
     let settle_max = Duration::from_secs(60);
     // Read within milliseconds of the operator's start: no watch of its is old
     // enough to have been closed yet.
-    let mut closed_before = watchers_closed(client).await?;
+    let mut apiserver_before = apiserver_counters(client).await?;
 
     // ---- cold start
     let ready_at = {
@@ -301,7 +301,7 @@ async fn operator_phases(
         other_cpu: probes.since(&cold_cpu),
         cpu_to_right: cold_to_right,
         node_bytes: Some(sample_node_bytes(client, n).await?),
-        watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
+        apiserver: apiserver_counters(client).await?.since(&apiserver_before),
     });
     let mut before = m_cold;
 
@@ -323,7 +323,7 @@ async fn operator_phases(
         }
         let cpu_before = op.sample().cpu_secs;
         let others_before = probes.snapshot();
-        closed_before = watchers_closed(client).await?;
+        apiserver_before = apiserver_counters(client).await?;
         op.take_peak_kib();
         let events_before = observer.events();
         observer.begin(expected_all(defs, n, world));
@@ -397,7 +397,7 @@ async fn operator_phases(
             other_cpu: probes.since(&others_before),
             cpu_to_right,
             node_bytes: Some(sample_node_bytes(client, n).await?),
-            watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
+            apiserver: apiserver_counters(client).await?.since(&apiserver_before),
         });
         before = after;
     }
@@ -406,7 +406,7 @@ async fn operator_phases(
     eprintln!("scale: quiet period: {} s", args.quiet_secs);
     let cpu_before = op.sample().cpu_secs;
     let others_before = probes.snapshot();
-    let closed_before = watchers_closed(client).await?;
+    let apiserver_before = apiserver_counters(client).await?;
     op.take_peak_kib();
     let events_before = observer.events();
     tokio::time::sleep(Duration::from_secs(args.quiet_secs)).await;
@@ -424,7 +424,7 @@ async fn operator_phases(
         rss_end_kib: Some(s.rss_kib),
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&others_before),
-        watchers_closed: closed_since(&watchers_closed(client).await?, &closed_before),
+        apiserver: apiserver_counters(client).await?.since(&apiserver_before),
         ..PhaseResult::default()
     });
     report.settled_rss_kib = Some(s.rss_kib);

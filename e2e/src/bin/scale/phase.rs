@@ -8,6 +8,7 @@ use kube::{Api, Client};
 
 use crate::{
     Result,
+    apiserver_metrics::ApiServerCounters,
     model::{GROUPS, node_name},
     operator_proc::OpMetrics,
 };
@@ -78,9 +79,10 @@ pub(crate) struct PhaseResult {
     pub(crate) per_node: Vec<(f64, f64)>,
     /// Mean JSON bytes of a sampled node once every node was right.
     pub(crate) node_bytes: Option<f64>,
-    /// Resource -> watches the API server closed for falling behind during the
-    /// phase, any client's (the observer's and the runner's).
-    pub(crate) watchers_closed: BTreeMap<String, f64>,
+    /// What the phase cost the API server by its own counters: watches it closed
+    /// for falling behind (any client's: the observer's and the runner's), its
+    /// garbage collection and heap allocation.
+    pub(crate) apiserver: ApiServerCounters,
 }
 
 impl PhaseResult {

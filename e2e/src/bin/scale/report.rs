@@ -482,22 +482,24 @@ impl Report {
         }
         let _ = writeln!(
             w,
-            "\n### CPU seconds per phase until the operator has settled (events, status writes), by process (/proc)\n"
+            "\n### CPU seconds per phase until the operator has settled (events, status writes), by process (/proc); the API server's garbage collection and allocation (its /metrics)\n"
         );
         let _ = writeln!(
             w,
-            "| runner | phase | taint-operator | kube-apiserver | etcd | scale (observer, drivers, baseline) |"
+            "| runner | phase | taint-operator | kube-apiserver | of it garbage collection | API server allocated GiB | etcd | scale (observer, drivers, baseline) |"
         );
-        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|");
         for p in self.phases.iter().chain(self.quiet.iter()) {
             let o = |k: &str| fmt_opt(p.other_cpu.get(k).copied(), 2);
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
                 p.runner,
                 p.name,
                 fmt_opt(p.cpu_secs, 2),
                 o("kube-apiserver"),
+                p.apiserver.gc_cpu_secs,
+                p.apiserver.heap_allocated_bytes / f64::from(1u32 << 30),
                 o("etcd"),
                 o("scale")
             );
@@ -580,8 +582,9 @@ impl Report {
         );
         let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---|");
         for p in self.phases.iter().chain(self.quiet.iter()) {
-            let of = |r: &str| p.watchers_closed.get(r).copied().unwrap_or(0.0);
+            let of = |r: &str| p.apiserver.watchers_closed.get(r).copied().unwrap_or(0.0);
             let other: f64 = p
+                .apiserver
                 .watchers_closed
                 .iter()
                 .filter(|(r, _)| *r != "nodes" && *r != "pods")
@@ -662,7 +665,9 @@ impl Report {
                 "observer_events": p.observer_events,
                 "other_cpu_seconds": p.other_cpu,
                 "cpu_seconds_to_right": p.cpu_to_right,
-                "watchers_closed_by_apiserver": p.watchers_closed,
+                "watchers_closed_by_apiserver": p.apiserver.watchers_closed,
+                "apiserver_gc_cpu_seconds": p.apiserver.gc_cpu_secs,
+                "apiserver_heap_allocated_bytes": p.apiserver.heap_allocated_bytes,
                 "operator_watch_restarts": p.requests.watch_restarts.iter()
                     .map(|((watch, cause), v)| json!({"watch": watch, "cause": cause, "count": v}))
                     .collect::<Vec<_>>(),
