@@ -26,8 +26,8 @@ const NODES: usize = 5_000;
 
 /// Fails the test above this: what a node takes now (822), with a little room.
 /// It took 920 while the node's whole label set and its name were interned
-/// before the split (kept by the interners until their next sweep), 1,181 while each node's label set held its hostname (so no two nodes
-/// shared one), 1,570 in kube's reflector store (an `ObjectMeta` in every node, and
+/// before the split (kept by the interners until their next sweep), 1,181 while
+/// each node's label set held its hostname (so no two nodes shared one), 1,570 in kube's reflector store (an `ObjectMeta` in every node, and
 /// that store's key, an `ObjectRef` with its own copies of the name, uid and
 /// resourceVersion, not even counted here), 1,975 while each node had its own copy
 /// of its taint list, and 3,026 while each node had its own map of owned taints

@@ -495,13 +495,13 @@ async fn operator_phases(
     Ok(world)
 }
 
-/// The operator's worker count: as given, else the baseline's concurrency, so the
-/// baseline always has at least as many requests in flight as the operator has workers.
-/// Condition flips and readiness patches in flight in a phase.
+/// Condition flips and readiness patches in flight in a phase, for both runners.
 pub fn flip_concurrency(args: &Args) -> usize {
     args.flip_concurrency.unwrap_or(args.concurrency)
 }
 
+/// The operator's worker count: as given, else the baseline's concurrency, so the
+/// baseline always has at least as many requests in flight as the operator has workers.
 pub fn operator_workers(args: &Args) -> u16 {
     args.operator_concurrency
         .unwrap_or_else(|| u16::try_from(args.concurrency).unwrap_or(u16::MAX))
