@@ -30,7 +30,7 @@ use crate::{
     },
     observer::Observer,
     operator_proc::OpMetrics,
-    phase::{PhaseResult, latencies, per_node, round_name, sample_node_bytes},
+    phase::{PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes},
     procfs::CpuProbes,
     report::Report,
     setup::create_all,
@@ -210,6 +210,7 @@ async fn cold_start(
     let events_before = observer.events();
     let cpu_before = probes.snapshot();
     let apiserver_before = apiserver_counters(client).await?;
+    let field_managers = field_managers(client).await?;
     observer.begin(expected_all(defs, n, *world));
     let counters = Arc::new(BaselineCounters::default());
     let standing = Arc::new(standing_taints(defs));
@@ -256,6 +257,7 @@ async fn cold_start(
         node_writes: patches as f64,
         conflicts: counters.conflicts.load(Ordering::Relaxed) as f64,
         requests,
+        field_managers,
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&cpu_before),
         cpu_to_right,

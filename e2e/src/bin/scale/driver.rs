@@ -14,7 +14,10 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, TaintPolicy};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, FIELD_MANAGER, MANAGED_TAINTS_ANNOTATION,
+    TaintPolicy,
+};
 
 use crate::{
     Args, PodStatusMode, Result,
@@ -25,7 +28,10 @@ use crate::{
     model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
     observer::Observer,
     operator_proc::OperatorProc,
-    phase::{PhaseResult, latencies, per_node, round_name, sample_node_bytes, with_operator},
+    phase::{
+        PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
+        with_operator,
+    },
     procfs::CpuProbes,
     report::Report,
     setup::{create_all, install_crd, node_json, pod_json, pod_name, pod_status_json},
@@ -100,6 +106,25 @@ pub(crate) async fn drive(
                 Ok(())
             })
         })
+        .await?,
+    );
+    // Every real node carries its kubelet's entry for the status subresource. Here
+    // the first condition flip would add it, after the baseline's cold start and
+    // before the operator's: one runner would face an entry more than the other.
+    let api = nodes_api.clone();
+    report.setup.push(
+        create_all(
+            "node status heartbeat (kubelet's field manager entry)",
+            n,
+            c,
+            move |i| {
+                let api = api.clone();
+                Box::pin(async move {
+                    heartbeat(&api, &node_name(i)).await?;
+                    Ok(())
+                })
+            },
+        )
         .await?,
     );
     let ppn = args.pods_per_node;
@@ -189,6 +214,7 @@ pub(crate) async fn drive(
     world.policies = true;
 
     eprintln!("scale: cold start: starting {}", operator_bin.display());
+    let managers = field_managers(client).await?;
     observer.begin(expected_all(defs, n, world));
     let events_before = observer.events();
     let cold_cpu = probes.snapshot();
@@ -209,7 +235,7 @@ pub(crate) async fn drive(
         &observer,
         &mut op,
         world,
-        (t0, events_before, cold_cpu),
+        (t0, events_before, cold_cpu, managers),
         &probes,
         report,
     )
@@ -227,6 +253,7 @@ pub(crate) async fn drive(
 
     // ---- baseline, after the operator
     if !args.skip_baseline {
+        clear_operator_records(client, args).await?;
         baseline_rounds(
             args, client, kubeconfig, defs, &observer, world, &probes, true, report,
         )
@@ -244,7 +271,12 @@ async fn operator_phases(
     observer: &Observer,
     op: &mut OperatorProc,
     mut world: World,
-    (t0, events_before, cold_cpu): (Instant, u64, BTreeMap<String, f64>),
+    (t0, events_before, cold_cpu, field_managers): (
+        Instant,
+        u64,
+        BTreeMap<String, f64>,
+        Vec<String>,
+    ),
     probes: &CpuProbes,
     report: &mut Report,
 ) -> Result<World> {
@@ -294,6 +326,7 @@ async fn operator_phases(
         node_writes: m_cold.node_writes,
         conflicts: m_cold.node_write_conflicts,
         requests: m_cold.clone(),
+        field_managers,
         cpu_secs: Some(s.cpu_secs),
         peak_rss_kib: Some(op.take_peak_kib()),
         rss_end_kib: Some(s.rss_kib),
@@ -398,6 +431,7 @@ async fn operator_phases(
             cpu_to_right,
             node_bytes: Some(sample_node_bytes(client, n).await?),
             apiserver: apiserver_counters(client).await?.since(&apiserver_before),
+            ..PhaseResult::default()
         });
         before = after;
     }
@@ -493,6 +527,72 @@ async fn operator_phases(
         }));
     }
     Ok(world)
+}
+
+/// Renews the Ready condition's heartbeat through the status subresource, as the
+/// condition flips write (the same client, so the same field manager).
+async fn heartbeat(api: &Api<Node>, name: &str) -> Result {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": now}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(|e| format!("heartbeat of node {name}: {e}"))?;
+    Ok(())
+}
+
+/// Removes the records the operator left on the nodes (its bootstrap completions),
+/// and with them its field manager entry, so the baseline after the operator writes
+/// to nodes like the ones the operator and the baseline before it wrote to.
+async fn clear_operator_records(client: &Client, args: &Args) -> Result {
+    let api: Api<Node> = Api::all(client.clone());
+    let ours = [
+        MANAGED_TAINTS_ANNOTATION,
+        BOOTSTRAPPED_ANNOTATION,
+        DRAIN_STARTED_ANNOTATION,
+    ];
+    let list = api
+        .list(&ListParams::default().labels(&format!("{SCALE_LABEL}=true")))
+        .await?;
+    let names: Vec<String> = list
+        .items
+        .iter()
+        .filter(|n| ours.iter().any(|k| n.annotations().contains_key(*k)))
+        .map(|n| n.name_any())
+        .collect();
+    let names = Arc::new(names);
+    let list = names.clone();
+    create_all(
+        "clear the operator's records",
+        names.len(),
+        args.concurrency,
+        move |k| {
+            let api = api.clone();
+            let name = list[k].clone();
+            let gone: serde_json::Map<String, serde_json::Value> = ours
+                .iter()
+                .map(|k| (k.to_string(), serde_json::Value::Null))
+                .collect();
+            Box::pin(async move {
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"annotations": gone}})),
+                )
+                .await
+                .map_err(|e| format!("clear the records on node {name}: {e}"))?;
+                Ok(())
+            })
+        },
+    )
+    .await?;
+    let left = field_managers(client).await?;
+    if let Some(m) = left.iter().find(|m| m.starts_with(FIELD_MANAGER)) {
+        bail!(
+            "the operator's field manager entry {m} is still on {} after its records were cleared",
+            node_name(0)
+        );
+    }
+    Ok(())
 }
 
 /// Condition flips and readiness patches in flight in a phase, for both runners.

@@ -31,6 +31,31 @@ pub(crate) fn with_operator(
     cpu
 }
 
+/// The field managers recorded on the first node (`manager/operation[/subresource]`).
+/// The API server converts the whole node once per entry on every write to it (the
+/// managed fields are reconciled manager by manager), so an entry more makes every
+/// write dearer: runners are compared on nodes that carry the same entries.
+pub(crate) async fn field_managers(client: &Client) -> Result<Vec<String>> {
+    let node = Api::<Node>::all(client.clone()).get(&node_name(0)).await?;
+    Ok(node
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let mut entry = format!(
+                "{}/{}",
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default()
+            );
+            if let Some(sub) = m.subresource.filter(|s| !s.is_empty()) {
+                entry = format!("{entry}/{sub}");
+            }
+            entry
+        })
+        .collect())
+}
+
 /// Mean JSON size of a node of each group, read when a phase's nodes are all right:
 /// the API server's work on every node request grows with it.
 pub(crate) async fn sample_node_bytes(client: &Client, n: usize) -> Result<f64> {
@@ -64,6 +89,8 @@ pub(crate) struct PhaseResult {
     pub(crate) node_writes: f64,
     pub(crate) conflicts: f64,
     pub(crate) requests: OpMetrics,
+    /// Cold starts: the field managers on the first node when the runner started.
+    pub(crate) field_managers: Vec<String>,
     pub(crate) cpu_secs: Option<f64>,
     pub(crate) peak_rss_kib: Option<u64>,
     pub(crate) rss_end_kib: Option<u64>,

@@ -280,6 +280,21 @@ impl Report {
         if let Some(r) = self.operator_ready_secs {
             let _ = writeln!(w, "- operator /readyz (caches synced) {r:.2} s after start");
         }
+        for p in self.phases.iter().filter(|p| !p.field_managers.is_empty()) {
+            let _ = writeln!(
+                w,
+                "- field managers on {} at the {} {}{}: {}",
+                crate::model::node_name(0),
+                p.runner,
+                p.name,
+                if p.after_operator {
+                    " after the operator"
+                } else {
+                    ""
+                },
+                p.field_managers.join(", ")
+            );
+        }
         if let Some(e) = &self.error {
             let _ = writeln!(w, "\n**run failed: {e}**");
         }
@@ -656,6 +671,7 @@ impl Report {
                 "node_echoes_skipped": p.requests.echoes_skipped,
                 "resyncs": p.requests.resyncs,
                 "node_bytes": p.node_bytes,
+                "field_managers": p.field_managers,
                 "status_writes": p.requests.status_writes,
                 "reconcile_errors": p.requests.reconcile_errors,
                 "api_requests": requests,
