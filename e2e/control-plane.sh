@@ -19,6 +19,7 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 OPERATOR_NAMESPACE=${OPERATOR_NAMESPACE:-taint-operator}
 OPERATOR_USER=taint-operator
 RBAC_RULES_FILE=${RBAC_RULES_FILE:-$REPO_ROOT/charts/taint-operator/files/clusterrole-rules.yaml}
+CHART_VALUES_FILE=$REPO_ROOT/charts/taint-operator/values.yaml
 START_TIMEOUT=${START_TIMEOUT:-90}
 # Admission plugins that assume a kubelet / kube-controller-manager exist:
 #  - ServiceAccount rejects pods until the namespace's "default" ServiceAccount exists,
@@ -306,6 +307,39 @@ subjects:
   kind: User
   name: $OPERATOR_USER
 EOF
+  # API Priority and Fairness: the chart puts the operator's ServiceAccount at the
+  # priority level its values name (apiPriority.priorityLevel); here the same
+  # level serves the operator's user. Otherwise a plain user lands in
+  # global-default, whose 49 seats are fewer than the operator's workers.
+  local level
+  level=$(awk '/^apiPriority:/ { f = 1; next } f && /^[^ #]/ { f = 0 } f && $1 == "priorityLevel:" { gsub(/"/, "", $2); print $2; exit }' "$CHART_VALUES_FILE")
+  if [[ -n $level ]]; then
+    kubectl --kubeconfig="$kc" apply --server-side --force-conflicts \
+      --field-manager=taint-operator-e2e -f - >/dev/null <<EOF
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: taint-operator
+spec:
+  priorityLevelConfiguration:
+    name: $level
+  matchingPrecedence: 1000
+  distinguisherMethod:
+    type: ByUser
+  rules:
+  - subjects:
+    - kind: User
+      user:
+        name: $OPERATOR_USER
+    resourceRules:
+    - verbs: ["*"]
+      apiGroups: ["*"]
+      resources: ["*"]
+      namespaces: ["*"]
+      clusterScope: true
+EOF
+    log "API priority: user $OPERATOR_USER served at priority level $level (FlowSchema taint-operator)"
+  fi
   log "RBAC applied: ClusterRole taint-operator (from ${RBAC_RULES_FILE#"$REPO_ROOT"/}), Role $OPERATOR_NAMESPACE/taint-operator-leader-election, both bound to user $OPERATOR_USER"
 }
 

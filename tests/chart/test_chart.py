@@ -75,6 +75,7 @@ EXPECTED_RULES = [
 
 CLUSTER_SCOPED = {
     "CustomResourceDefinition",
+    "FlowSchema",
     "ClusterRole",
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
@@ -304,6 +305,8 @@ def test_default_objects(default):
         "ValidatingWebhookConfiguration",
         # installed and upgraded with the release, kept on uninstall
         "CustomResourceDefinition",
+        # the operator's requests served at workload-high (API Priority and Fairness)
+        "FlowSchema",
     }
     for obj in default.objects:
         if obj["kind"] not in CLUSTER_SCOPED:
@@ -427,6 +430,37 @@ def test_priority_class(default, chart):
     assert default.pod["priorityClassName"] == "system-cluster-critical"
     assert render(chart, {"priorityClassName": "platform-critical"}).pod["priorityClassName"] == "platform-critical"
     assert "priorityClassName" not in render(chart, {"priorityClassName": ""}).pod
+
+
+def test_api_priority(default, chart):
+    fs = default.one("FlowSchema", FULLNAME)["spec"]
+    assert fs["priorityLevelConfiguration"] == {"name": "workload-high"}
+    # before the built-in schema for every ServiceAccount (9000), after kube-system's (900)
+    assert 900 < fs["matchingPrecedence"] < 9000
+    assert fs["distinguisherMethod"] == {"type": "ByUser"}
+    (rule,) = fs["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": FULLNAME, "namespace": NAMESPACE}}
+    ]
+    (resources,) = rule["resourceRules"]
+    assert resources == {
+        "verbs": ["*"],
+        "apiGroups": ["*"],
+        "resources": ["*"],
+        "namespaces": ["*"],
+        "clusterScope": True,
+    }
+    other = render(
+        chart,
+        {
+            "apiPriority": {"priorityLevel": "platform", "matchingPrecedence": 500},
+            "serviceAccount": {"create": False, "name": "ops"},
+        },
+    ).one("FlowSchema", FULLNAME)["spec"]
+    assert other["priorityLevelConfiguration"] == {"name": "platform"}
+    assert other["matchingPrecedence"] == 500
+    assert other["rules"][0]["subjects"][0]["serviceAccount"]["name"] == "ops"
+    assert "FlowSchema" not in render(chart, {"apiPriority": {"priorityLevel": ""}}).kinds()
 
 
 def test_event_qps(chart):
@@ -1098,6 +1132,9 @@ def test_schema_accepts_valid_values(chart, values):
         ({"grafanaDashboard": {"label": ""}}, "/grafanaDashboard/label"),
         ({"grafanaDashboard": {"namespace": 3}}, "/grafanaDashboard/namespace"),
         ({"policyWebhook": {"failurePolicy": "Never"}}, "/policyWebhook/failurePolicy"),
+        ({"apiPriority": {"priorityLevel": "Workload High"}}, "/apiPriority/priorityLevel"),
+        ({"apiPriority": {"matchingPrecedence": 0}}, "/apiPriority/matchingPrecedence"),
+        ({"apiPriority": {"level": "workload-high"}}, "level"),
         ({"policyWebhook": {"timeoutSeconds": 0}}, "/policyWebhook/timeoutSeconds"),
         ({"policyWebhook": {"enabled": "no"}}, "/policyWebhook/enabled"),
         ({"policyWebhook": {"port": 9443}}, "port"),
@@ -1152,6 +1189,9 @@ def test_schema_accepts_valid_values(chart, values):
         "dashboard-label-empty",
         "dashboard-namespace-number",
         "policy-webhook-failurePolicy",
+        "api-priority-level-space",
+        "api-priority-precedence-zero",
+        "api-priority-unknown-key",
         "policy-webhook-timeout",
         "policy-webhook-enabled-string",
         "policy-webhook-unknown-key",

@@ -497,18 +497,18 @@ impl Report {
         }
         let _ = writeln!(
             w,
-            "\n### CPU seconds per phase until the operator has settled (events, status writes), by process (/proc); the API server's garbage collection and allocation (its /metrics)\n"
+            "\n### CPU seconds per phase until the operator has settled (events, status writes), by process (/proc); the API server's garbage collection and allocation, and the requests its priority and fairness queued for a seat (non-exempt clients: the operator's, not the baseline's), from its /metrics\n"
         );
         let _ = writeln!(
             w,
-            "| runner | phase | taint-operator | kube-apiserver | of it garbage collection | API server allocated GiB | etcd | scale (observer, drivers, baseline) |"
+            "| runner | phase | taint-operator | kube-apiserver | of it garbage collection | API server allocated GiB | etcd | scale (observer, drivers, baseline) | requests queued > 5 ms | their wait s |"
         );
-        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for p in self.phases.iter().chain(self.quiet.iter()) {
             let o = |k: &str| fmt_opt(p.other_cpu.get(k).copied(), 2);
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {:.0} | {:.2} |",
                 p.runner,
                 p.name,
                 fmt_opt(p.cpu_secs, 2),
@@ -516,7 +516,9 @@ impl Report {
                 p.apiserver.gc_cpu_secs,
                 p.apiserver.heap_allocated_bytes / f64::from(1u32 << 30),
                 o("etcd"),
-                o("scale")
+                o("scale"),
+                p.apiserver.apf_queued,
+                p.apiserver.apf_wait_secs
             );
         }
         let _ = writeln!(w, "\n### Operator process (/proc)\n");
@@ -684,6 +686,8 @@ impl Report {
                 "watchers_closed_by_apiserver": p.apiserver.watchers_closed,
                 "apiserver_gc_cpu_seconds": p.apiserver.gc_cpu_secs,
                 "apiserver_heap_allocated_bytes": p.apiserver.heap_allocated_bytes,
+                "apiserver_apf_queued_requests": p.apiserver.apf_queued,
+                "apiserver_apf_wait_seconds": p.apiserver.apf_wait_secs,
                 "operator_watch_restarts": p.requests.watch_restarts.iter()
                     .map(|((watch, cause), v)| json!({"watch": watch, "cause": cause, "count": v}))
                     .collect::<Vec<_>>(),
