@@ -396,6 +396,48 @@ def test_1e_operator_pods_pass_pod_security_restricted(release):
     assert done.returncode != 0 and 'violates PodSecurity "restricted' in done.stderr, done.stderr
 
 
+def dispatched_at(flow_schema: str) -> dict[str, float]:
+    """The API server's count of requests APF dispatched through `flow_schema`, per
+    priority level, from its /metrics."""
+    text = kubectl("get", "--raw", "/metrics").stdout
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        if f'flow_schema="{flow_schema}"' not in labels:
+            continue
+        level = labels.split('priority_level="', 1)[1].split('"', 1)[0]
+        counts[level] = counts.get(level, 0.0) + float(value)
+    return counts
+
+
+def test_1g_the_operator_is_served_at_the_chart_priority_level(release):
+    """The chart's FlowSchema (apiPriority) matches the operator's ServiceAccount: the
+    API server says it is not dangling, and the operator's own requests (its watches,
+    its lease renewals) are dispatched through it at workload-high rather than falling
+    into global-default, whose seats it would share with every other client."""
+    values = yaml.safe_load(open(os.path.join(k8s.CHART, "values.yaml")))
+    level = values["apiPriority"]["priorityLevel"]
+    assert level == "workload-high", values["apiPriority"]
+
+    fs = wait_until("the FlowSchema with a status", lambda: (k8s.get("flowschema", k8s.FULLNAME) or {}).get("status"), 30)
+    dangling = [c for c in fs.get("conditions", []) if c["type"] == "Dangling"]
+    assert dangling and dangling[0]["status"] == "False", fs
+
+    # Lease renewals alone (every 2 s) make the count grow while the test waits.
+    before = dispatched_at(k8s.FULLNAME).get(level, 0.0)
+    after = wait_until(
+        f"requests dispatched through {k8s.FULLNAME} at {level}",
+        lambda: (lambda n: n if n > before else None)(dispatched_at(k8s.FULLNAME).get(level, 0.0)),
+        30,
+        interval=1,
+    )
+    others = {lv: n for lv, n in dispatched_at(k8s.FULLNAME).items() if lv != level}
+    assert not others, f"requests through {k8s.FULLNAME} at other levels: {others}"
+    MEASUREMENTS[f"operator requests dispatched at {level}"] = f"{after:.0f}"
+
+
 UNHEALTHY_NODE = "e2e-unhealthy-node"
 UNHEALTHY_NS = "e2e-unhealthy"
 

@@ -227,17 +227,14 @@ pub(crate) async fn drive(
         operator_log,
     )
     .await?;
+    let cold = ColdStartBegan {
+        t0,
+        observer_events: events_before,
+        cpu: cold_cpu,
+        field_managers: managers,
+    };
     let result = operator_phases(
-        args,
-        client,
-        defs,
-        critical,
-        &observer,
-        &mut op,
-        world,
-        (t0, events_before, cold_cpu, managers),
-        &probes,
-        report,
+        args, client, defs, critical, &observer, &mut op, world, cold, &probes, report,
     )
     .await;
     let tail = if result.is_err() {
@@ -262,6 +259,15 @@ pub(crate) async fn drive(
     Ok(())
 }
 
+/// What was read just before the operator's process started: its cold start is
+/// timed and counted from here.
+struct ColdStartBegan {
+    t0: Instant,
+    observer_events: u64,
+    cpu: BTreeMap<String, f64>,
+    field_managers: Vec<String>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn operator_phases(
     args: &Args,
@@ -271,15 +277,16 @@ async fn operator_phases(
     observer: &Observer,
     op: &mut OperatorProc,
     mut world: World,
-    (t0, events_before, cold_cpu, field_managers): (
-        Instant,
-        u64,
-        BTreeMap<String, f64>,
-        Vec<String>,
-    ),
+    cold: ColdStartBegan,
     probes: &CpuProbes,
     report: &mut Report,
 ) -> Result<World> {
+    let ColdStartBegan {
+        t0,
+        observer_events: events_before,
+        cpu: cold_cpu,
+        field_managers,
+    } = cold;
     let n = args.nodes;
     let flips = flip_concurrency(args);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
