@@ -2,6 +2,7 @@
 //! caches, doing the fault policies' work so the operator's phases have a baseline.
 
 use std::{
+    ops::RangeInclusive,
     path::Path,
     sync::{
         Arc,
@@ -54,6 +55,7 @@ fn start_baseline(
     concurrency: usize,
     fault_taints: Arc<Vec<Vec<Taint>>>,
     counters: Arc<BaselineCounters>,
+    params: PatchParams,
 ) -> (tokio::task::JoinHandle<()>, Arc<AtomicBool>) {
     let synced = Arc::new(AtomicBool::new(false));
     let s = synced.clone();
@@ -77,7 +79,8 @@ fn start_baseline(
                 let api = api.clone();
                 let counters = counters.clone();
                 let fault_taints = fault_taints.clone();
-                async move { baseline_reconcile(&api, node, &fault_taints, &counters).await }
+                let params = params.clone();
+                async move { baseline_reconcile(&api, node, &fault_taints, &counters, &params).await }
             })
             .buffer_unordered(concurrency)
             .for_each(|_| futures::future::ready(()))
@@ -106,6 +109,7 @@ async fn baseline_reconcile(
     node: Node,
     fault_taints: &[Vec<Taint>],
     counters: &BaselineCounters,
+    params: &PatchParams,
 ) {
     let Some(i) = node_index(&node.name_any()) else {
         return;
@@ -116,7 +120,15 @@ async fn baseline_reconcile(
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == BASELINE_CONDITION))
         .is_some_and(|c| c.status == "True");
-    put_taints(api, &node, &fault_taints[group_of(i)], want, counters).await;
+    put_taints(
+        api,
+        &node,
+        &fault_taints[group_of(i)],
+        want,
+        counters,
+        params,
+    )
+    .await;
 }
 
 /// The field manager the baseline writes as. Every controller that writes nodes
@@ -128,9 +140,34 @@ async fn baseline_reconcile(
 const BASELINE_FIELD_MANAGER: &str = "scale-baseline";
 
 fn baseline_patch_params() -> PatchParams {
+    patch_params_as(BASELINE_FIELD_MANAGER)
+}
+
+fn patch_params_as(field_manager: &str) -> PatchParams {
     PatchParams {
-        field_manager: Some(BASELINE_FIELD_MANAGER.to_string()),
+        field_manager: Some(field_manager.to_string()),
         ..PatchParams::default()
+    }
+}
+
+/// Who the baseline's taint and untaint writes are made as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WritingAs {
+    /// Its own field manager: on nodes the operator has not written, or whose
+    /// records were cleared.
+    Itself,
+    /// The operator's field manager: between the operator's rounds
+    /// (`--interleave`) the nodes carry the operator's entry, and writing under
+    /// another name would add one more than the operator's own writes meet.
+    TheOperator,
+}
+
+impl WritingAs {
+    fn params(self) -> PatchParams {
+        match self {
+            WritingAs::Itself => baseline_patch_params(),
+            WritingAs::TheOperator => patch_params_as(taint_operator_crd::FIELD_MANAGER),
+        }
     }
 }
 
@@ -142,6 +179,7 @@ async fn put_taints(
     mine: &[Taint],
     want: bool,
     counters: &BaselineCounters,
+    params: &PatchParams,
 ) {
     let taints = node
         .spec
@@ -162,11 +200,7 @@ async fn put_taints(
     counters.patches.fetch_add(1, Ordering::Relaxed);
     let sent = Instant::now();
     let answer = api
-        .patch(
-            &node.name_any(),
-            &baseline_patch_params(),
-            &Patch::Json::<()>(patch),
-        )
+        .patch(&node.name_any(), params, &Patch::Json::<()>(patch))
         .await;
     counters
         .patch_micros
@@ -221,7 +255,8 @@ async fn cold_start(
     nodes
         .map(|node| {
             let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
-            async move { put_taints(&api, &node, &standing, true, &counters).await }
+            let params = baseline_patch_params();
+            async move { put_taints(&api, &node, &standing, true, &counters, &params).await }
         })
         .buffer_unordered(args.concurrency)
         .for_each(|_| futures::future::ready(()))
@@ -285,11 +320,11 @@ async fn list_into(api: Api<Node>, mut out: futures::channel::mpsc::Sender<Node>
     }
 }
 
-/// The baseline's taint and untaint phases, `args.rounds` of each; the rounds after
-/// the operator are numbered on from those before it. Runs before the operator
-/// starts and again after it stopped, so
-/// the API server's drift over a run (etcd's growing history, its caches, Go's heap)
-/// weighs on both runners alike.
+/// The baseline from cold: its cold start, which puts the standing taints on, its
+/// taint and untaint phases for `rounds`, and the standing taints off again. Runs
+/// before the operator starts and again after it stopped, so the API server's
+/// drift over a run (etcd's growing history, its caches, Go's heap) weighs on both
+/// runners alike.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn baseline_rounds(
     args: &Args,
@@ -300,10 +335,9 @@ pub(crate) async fn baseline_rounds(
     mut world: World,
     probes: &CpuProbes,
     after_operator: bool,
+    rounds: RangeInclusive<u64>,
     report: &mut Report,
 ) -> Result {
-    let (n, c) = (args.nodes, args.concurrency);
-    let timeout = Duration::from_secs(args.phase_timeout_secs);
     cold_start(
         args,
         client,
@@ -316,21 +350,56 @@ pub(crate) async fn baseline_rounds(
         report,
     )
     .await?;
+    taint_untaint_rounds(
+        args,
+        client,
+        kubeconfig,
+        defs,
+        observer,
+        world,
+        probes,
+        after_operator,
+        rounds,
+        WritingAs::Itself,
+        report,
+    )
+    .await?;
+    clear_standing_taints(args, client, defs, observer, &mut world).await
+}
+
+/// The baseline's taint and untaint phases for `rounds`, through a watch of its own
+/// started for them. `world` has the standing taints on, the baseline's or the
+/// operator's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn taint_untaint_rounds(
+    args: &Args,
+    client: &Client,
+    kubeconfig: &Path,
+    defs: &[PolicyDef],
+    observer: &Observer,
+    mut world: World,
+    probes: &CpuProbes,
+    after_operator: bool,
+    rounds: RangeInclusive<u64>,
+    writing_as: WritingAs,
+    report: &mut Report,
+) -> Result {
+    let (n, c) = (args.nodes, args.concurrency);
+    let timeout = Duration::from_secs(args.phase_timeout_secs);
     let counters = Arc::new(BaselineCounters::default());
     let (task, synced) = start_baseline(
         client_from(kubeconfig).await?,
         c,
         Arc::new(fault_taints_by_group(defs)),
         counters.clone(),
+        writing_as.params(),
     );
     while !synced.load(Ordering::Acquire) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // let the initial list's reconciles (all no-ops) drain
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let first_round = if after_operator { args.rounds + 1 } else { 1 };
-    let rounds = (first_round..first_round + args.rounds)
-        .flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
+    let rounds = rounds.flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
     for (kind, on, round) in rounds {
         let name = &round_name(kind, round);
         world.baseline_fault = on;
@@ -398,7 +467,7 @@ pub(crate) async fn baseline_rounds(
     if errors > 0 {
         bail!("the baseline had {errors} failed patches");
     }
-    clear_standing_taints(args, client, defs, observer, &mut world).await
+    Ok(())
 }
 
 /// Takes every taint off every node and waits until the observer sees every node

@@ -3,6 +3,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    ops::RangeInclusive,
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
@@ -22,7 +23,7 @@ use taint_operator_crd::{
 use crate::{
     Args, PodStatusMode, Result,
     apiserver_metrics::apiserver_counters,
-    baseline::baseline_rounds,
+    baseline::{WritingAs, baseline_rounds, taint_untaint_rounds},
     client_from,
     load::{flip_condition, ready_critical_pods},
     model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
@@ -195,7 +196,16 @@ pub(crate) async fn drive(
     // ---- baseline, before the operator
     if !args.skip_baseline {
         baseline_rounds(
-            args, client, kubeconfig, defs, &observer, world, &probes, false, report,
+            args,
+            client,
+            kubeconfig,
+            defs,
+            &observer,
+            world,
+            &probes,
+            false,
+            baseline_rounds_before(args),
+            report,
         )
         .await?;
     }
@@ -234,7 +244,7 @@ pub(crate) async fn drive(
         field_managers: managers,
     };
     let result = operator_phases(
-        args, client, defs, critical, &observer, &mut op, world, cold, &probes, report,
+        args, client, kubeconfig, defs, critical, &observer, &mut op, world, cold, &probes, report,
     )
     .await;
     let tail = if result.is_err() {
@@ -252,11 +262,58 @@ pub(crate) async fn drive(
     if !args.skip_baseline {
         clear_operator_records(client, args).await?;
         baseline_rounds(
-            args, client, kubeconfig, defs, &observer, world, &probes, true, report,
+            args,
+            client,
+            kubeconfig,
+            defs,
+            &observer,
+            world,
+            &probes,
+            true,
+            baseline_rounds_after(args),
+            report,
         )
         .await?;
     }
     Ok(())
+}
+
+/// The baseline's rounds before the operator: all of them, or with `--interleave`
+/// only the first, the others running between the operator's.
+fn baseline_rounds_before(args: &Args) -> RangeInclusive<u64> {
+    if args.interleave {
+        1..=1
+    } else {
+        1..=args.rounds
+    }
+}
+
+/// The baseline's rounds after the operator stopped, numbered on from the others.
+fn baseline_rounds_after(args: &Args) -> RangeInclusive<u64> {
+    let r = args.rounds;
+    if args.interleave {
+        r + 1..=r + 1
+    } else {
+        r + 1..=2 * r
+    }
+}
+
+/// Polls the operator's /readyz until it answers 200 (its caches synced): the
+/// moment it is ready.
+async fn wait_ready(op: &mut OperatorProc) -> Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if !op.alive() {
+            bail!("the operator exited during startup");
+        }
+        if let Ok((200, _)) = op.get("/readyz").await {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            bail!("the operator was not ready within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// What was read just before the operator's process started: its cold start is
@@ -272,6 +329,7 @@ struct ColdStartBegan {
 async fn operator_phases(
     args: &Args,
     client: &Client,
+    kubeconfig: &Path,
     defs: &[PolicyDef],
     critical: &Critical,
     observer: &Observer,
@@ -299,21 +357,7 @@ async fn operator_phases(
     let mut apiserver_before = apiserver_counters(client).await?;
 
     // ---- cold start
-    let ready_at = {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if !op.alive() {
-                bail!("the operator exited during startup");
-            }
-            if let Ok((200, _)) = op.get("/readyz").await {
-                break Instant::now();
-            }
-            if Instant::now() > deadline {
-                bail!("the operator was not ready within 120 s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let ready_at = wait_ready(op).await?;
     report.operator_ready_secs = Some(ready_at.duration_since(t0).as_secs_f64());
     let right = observer.wait_all_right(timeout).await?;
     let cold_to_right = with_operator(probes.since(&cold_cpu), op.sample().cpu_secs);
@@ -350,6 +394,29 @@ async fn operator_phases(
         .flat_map(|r| [("taint", r), ("untaint", r)])
         .chain([("readiness", 1), ("policy delete", 1)]);
     for (kind, round) in phases {
+        if kind == "taint" && round > 1 && args.interleave && !args.skip_baseline {
+            eprintln!("scale: operator stopped for the baseline's round {round}");
+            op.stop().await?;
+            taint_untaint_rounds(
+                args,
+                client,
+                kubeconfig,
+                defs,
+                observer,
+                world,
+                probes,
+                false,
+                round..=round,
+                WritingAs::TheOperator,
+                report,
+            )
+            .await?;
+            op.relaunch()?;
+            wait_ready(op).await?;
+            // The new process's counters start at zero; its start-up (lists,
+            // watches, no-op reconciles) is not the next phase's work.
+            before = op.settle(settle_quiet, settle_max).await?;
+        }
         let name = &round_name(kind, round);
         eprintln!("scale: operator {name} phase");
         match kind {
@@ -612,4 +679,32 @@ pub fn flip_concurrency(args: &Args) -> usize {
 pub fn operator_workers(args: &Args) -> u16 {
     args.operator_concurrency
         .unwrap_or_else(|| u16::try_from(args.concurrency).unwrap_or(u16::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::parse_from(["scale", "--rounds", "3"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_baseline_runs_its_rounds_around_the_operator_or_between_its_rounds() {
+        let side_by_side = args(&[]);
+        assert_eq!(baseline_rounds_before(&side_by_side), 1..=3);
+        assert_eq!(baseline_rounds_after(&side_by_side), 4..=6);
+
+        // interleaved: 1 before, 2 and 3 between the operator's rounds (driven by
+        // operator_phases), 4 after
+        let interleaved = args(&["--interleave"]);
+        assert_eq!(baseline_rounds_before(&interleaved), 1..=1);
+        assert_eq!(baseline_rounds_after(&interleaved), 4..=4);
+
+        let one = Args::parse_from(["scale", "--interleave"]);
+        assert_eq!(baseline_rounds_before(&one), 1..=1);
+        assert_eq!(baseline_rounds_after(&one), 2..=2);
+    }
 }

@@ -126,6 +126,13 @@ struct Args {
     /// or another and moves a single phase's time by a fifth either way.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=9))]
     rounds: u64,
+    /// Alternate the runners' rounds instead: baseline round 1, the operator's cold
+    /// start and round 1, then for each further round the operator stopped, the
+    /// baseline's round and the operator started again, and last the baseline's
+    /// round R+1. Both runners then sample the same stretch of the API server's
+    /// drift, rather than the baseline its start and end and the operator its middle.
+    #[arg(long)]
+    interleave: bool,
     #[arg(long, value_enum, default_value = "all")]
     pod_status: PodStatusMode,
     /// Namespace of the pods.

@@ -155,14 +155,28 @@ impl OpMetrics {
     }
 }
 
+/// How the operator process is started, kept so that it can be started again.
+#[derive(Clone)]
+struct Launch {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    lease_ns: Option<String>,
+    concurrency: u16,
+    log: PathBuf,
+}
+
 pub(crate) struct OperatorProc {
+    launch: Launch,
     child: Child,
     pid: u32,
     port: u16,
-    log: PathBuf,
     tck: f64,
     /// Highest VmRSS seen by the sampler since the last reset, in KiB.
     peak_kib: Arc<AtomicU64>,
+    /// CPU seconds and VmHWM of the processes stopped before this one
+    /// (`--interleave` restarts the operator between rounds).
+    earlier_cpu_secs: f64,
+    earlier_hwm_kib: u64,
 }
 
 impl OperatorProc {
@@ -173,55 +187,53 @@ impl OperatorProc {
         concurrency: u16,
         log: &Path,
     ) -> Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let launch = Launch {
+            bin: bin.to_path_buf(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            lease_ns: lease_ns.map(str::to_string),
+            concurrency,
+            log: log.to_path_buf(),
+        };
         let logfile = std::fs::File::create(log)
             .map_err(|e| format!("cannot create the operator log {}: {e}", log.display()))?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("run")
-            .arg("--metrics-addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["--log-format", "text", "--identity", "scale-bench"]);
-        if let Some(ns) = lease_ns {
-            cmd.args(["--leader-elect", "--lease-namespace", ns]);
-        }
-        cmd.arg("--concurrency").arg(concurrency.to_string());
-        cmd.env("KUBECONFIG", kubeconfig)
-            .env("NO_COLOR", "1")
-            .env_remove("TAINT_OPERATOR_LOG")
-            .env_remove("TAINT_OPERATOR_LOG_FORMAT")
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone()?)
-            .stderr(logfile)
-            .kill_on_drop(true);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let pid = child.id().ok_or("the operator exited at once")?;
         let peak_kib = Arc::new(AtomicU64::new(0));
         let tck = clk_tck();
-        {
-            let peak = peak_kib.clone();
-            tokio::spawn(async move {
-                while let Some(s) = read_proc(pid, tck) {
-                    peak.fetch_max(s.rss_kib, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            });
-        }
+        let (child, pid, port) = start(&launch, logfile, tck, peak_kib.clone())?;
         Ok(OperatorProc {
+            launch,
             child,
             pid,
             port,
-            log: log.to_path_buf(),
             tck,
             peak_kib,
+            earlier_cpu_secs: 0.0,
+            earlier_hwm_kib: 0,
         })
     }
 
+    /// Starts the operator again after `stop`, its log appended to the same file.
+    pub(crate) fn relaunch(&mut self) -> Result<()> {
+        let logfile = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.launch.log)
+            .map_err(|e| {
+                format!(
+                    "cannot open the operator log {}: {e}",
+                    self.launch.log.display()
+                )
+            })?;
+        let (child, pid, port) = start(&self.launch, logfile, self.tck, self.peak_kib.clone())?;
+        (self.child, self.pid, self.port) = (child, pid, port);
+        Ok(())
+    }
+
+    /// The running process's memory; CPU and the high-water mark count the stopped
+    /// ones too.
     pub(crate) fn sample(&self) -> ProcSample {
-        read_proc(self.pid, self.tck).unwrap_or_default()
+        let mut s = read_proc(self.pid, self.tck).unwrap_or_default();
+        s.cpu_secs += self.earlier_cpu_secs;
+        s.hwm_kib = s.hwm_kib.max(self.earlier_hwm_kib);
+        s
     }
 
     /// The highest RSS since the last call (sampled every 100 ms), then restarts.
@@ -256,7 +268,7 @@ impl OperatorProc {
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             if !self.alive() {
-                bail!("the operator exited; log: {}", self.log.display());
+                bail!("the operator exited; log: {}", self.launch.log.display());
             }
             let m = self.metrics().await?;
             if m.work_requests() != last.work_requests() || m.node_writes != last.node_writes {
@@ -268,7 +280,11 @@ impl OperatorProc {
         }
     }
 
-    pub(crate) async fn stop(mut self) -> Result<()> {
+    /// SIGTERM, and waits for the process to exit (the Lease is released on the way
+    /// out, so a relaunched process leads at once).
+    pub(crate) async fn stop(&mut self) -> Result<()> {
+        let last = self.sample();
+        (self.earlier_cpu_secs, self.earlier_hwm_kib) = (last.cpu_secs, last.hwm_kib);
         let _ = Command::new("kill")
             .args(["-TERM", &self.pid.to_string()])
             .status()
@@ -287,10 +303,51 @@ impl OperatorProc {
     }
 
     pub(crate) fn log_tail(&self, n: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = std::fs::read_to_string(&self.launch.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
+}
+
+/// Starts one operator process, its output to `logfile`, and a sampler that keeps
+/// `peak` at the highest RSS seen: (child, pid, metrics port).
+fn start(
+    launch: &Launch,
+    logfile: std::fs::File,
+    tck: f64,
+    peak: Arc<AtomicU64>,
+) -> Result<(Child, u32, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut cmd = Command::new(&launch.bin);
+    cmd.arg("run")
+        .arg("--metrics-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--log-format", "text", "--identity", "scale-bench"]);
+    if let Some(ns) = &launch.lease_ns {
+        cmd.args(["--leader-elect", "--lease-namespace", ns]);
+    }
+    cmd.arg("--concurrency").arg(launch.concurrency.to_string());
+    cmd.env("KUBECONFIG", &launch.kubeconfig)
+        .env("NO_COLOR", "1")
+        .env_remove("TAINT_OPERATOR_LOG")
+        .env_remove("TAINT_OPERATOR_LOG_FORMAT")
+        .stdin(Stdio::null())
+        .stdout(logfile.try_clone()?)
+        .stderr(logfile)
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", launch.bin.display()))?;
+    let pid = child.id().ok_or("the operator exited at once")?;
+    tokio::spawn(async move {
+        while let Some(s) = read_proc(pid, tck) {
+            peak.fetch_max(s.rss_kib, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    Ok((child, pid, port))
 }
 
 /// Which operator was measured: the binary's build time and the source it most

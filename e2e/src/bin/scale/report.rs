@@ -316,7 +316,15 @@ impl Report {
             w,
             "Time: first change sent → every node right in the admin watch. Latency: a node's change sent → its taints right in the watch."
         );
-        if self.phases.iter().any(|p| p.after_operator) {
+        if a.interleave && self.phases.iter().any(|p| p.after_operator) {
+            let r = a.rounds;
+            let _ = writeln!(
+                w,
+                "The runners alternated: baseline round 1, the operator's cold start and round 1, then for each further round the operator stopped, the baseline's round and the operator started again, and last the baseline's round {}. Ratios compare the operator's median of {r} rounds with the baseline's of {}.",
+                r + 1,
+                r + 1
+            );
+        } else if self.phases.iter().any(|p| p.after_operator) {
             let r = a.rounds;
             let _ = writeln!(
                 w,
