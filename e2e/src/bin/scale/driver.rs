@@ -298,7 +298,7 @@ fn baseline_rounds_after(args: &Args) -> RangeInclusive<u64> {
     }
 }
 
-/// Polls the operator's /readyz until it answers 200 (its caches synced): the
+/// Polls the operator's /readyz until it answers 200 (its policy cache listed): the
 /// moment it is ready.
 async fn wait_ready(op: &mut OperatorProc) -> Result<Instant> {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -412,7 +412,7 @@ async fn operator_phases(
             )
             .await?;
             op.relaunch()?;
-            wait_ready(op).await?;
+            op.wait_reconciled(n, settle_max).await?;
             // The new process's counters start at zero; its start-up (lists,
             // watches, no-op reconciles) is not the next phase's work.
             before = op.settle(settle_quiet, settle_max).await?;

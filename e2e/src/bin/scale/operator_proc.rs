@@ -258,6 +258,27 @@ impl OperatorProc {
         Ok(OpMetrics::parse(&body))
     }
 
+    /// Waits until this process has reconciled `nodes` nodes: after a start, its
+    /// caches have synced and its first pass over every node is done. /readyz says
+    /// less: every replica serves the webhooks, so it is ready once its policy
+    /// cache has listed, seconds before the node and pod lists at 5,000 nodes.
+    pub(crate) async fn wait_reconciled(&mut self, nodes: usize, max: Duration) -> Result<()> {
+        let deadline = Instant::now() + max;
+        loop {
+            if !self.alive() {
+                bail!("the operator exited; log: {}", self.launch.log.display());
+            }
+            let done = self.metrics().await?.queue_waits;
+            if done >= nodes as f64 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the operator reconciled {done} of {nodes} nodes in {max:?} after its start");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until the operator's counters stop moving (status writes, events and
     /// trailing requests of a phase are counted with it; Lease renewals are not), at
     /// most `max`.

@@ -278,7 +278,10 @@ impl Report {
             crate::driver::flip_concurrency(a)
         );
         if let Some(r) = self.operator_ready_secs {
-            let _ = writeln!(w, "- operator /readyz (caches synced) {r:.2} s after start");
+            let _ = writeln!(
+                w,
+                "- operator /readyz (policy cache listed) {r:.2} s after start"
+            );
         }
         for p in self.phases.iter().filter(|p| !p.field_managers.is_empty()) {
             let _ = writeln!(
