@@ -412,6 +412,7 @@ async fn operator_phases(
             )
             .await?;
             op.relaunch()?;
+            wait_ready(op).await?;
             op.wait_reconciled(n, settle_max).await?;
             // The new process's counters start at zero; its start-up (lists,
             // watches, no-op reconciles) is not the next phase's work.

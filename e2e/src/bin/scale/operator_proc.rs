@@ -268,7 +268,8 @@ impl OperatorProc {
             if !self.alive() {
                 bail!("the operator exited; log: {}", self.launch.log.display());
             }
-            let done = self.metrics().await?.queue_waits;
+            // Not listening yet just after a start: try again.
+            let done = self.metrics().await.map_or(0.0, |m| m.queue_waits);
             if done >= nodes as f64 {
                 return Ok(());
             }
