@@ -508,6 +508,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn between_the_operators_rounds_the_baseline_writes_as_the_operator() {
+        assert_eq!(
+            WritingAs::Itself.params().field_manager.as_deref(),
+            Some(BASELINE_FIELD_MANAGER)
+        );
+        assert_eq!(
+            WritingAs::TheOperator.params().field_manager.as_deref(),
+            Some(taint_operator_crd::FIELD_MANAGER)
+        );
+    }
+
+    #[test]
     fn the_baseline_changes_only_its_own_taints_and_only_when_needed() {
         let t = |key: &str, effect: &str| Taint {
             key: key.into(),
