@@ -3,7 +3,6 @@
 
 use std::{
     ops::RangeInclusive,
-    path::Path,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -21,18 +20,17 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    Args, Result,
+    Result,
     apiserver_metrics::apiserver_counters,
+    bench::Bench,
     client_from,
     load::flip_condition,
     model::{
-        BASELINE_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, fault_taints_by_group,
-        group_of, node_index, node_name, standing_taints,
+        BASELINE_CONDITION, SCALE_LABEL, World, expected_all, fault_taints_by_group, group_of,
+        node_index, node_name, standing_taints,
     },
-    observer::Observer,
     operator_proc::OpMetrics,
     phase::{PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes},
-    procfs::CpuProbes,
     report::Report,
     setup::create_all,
 };
@@ -226,18 +224,20 @@ const COLD_PAGE: u32 = 500;
 /// (the ones the operator's cold start puts on) onto every node of it, `concurrency`
 /// patches in flight. Timed from the first request to every node right in the
 /// observer's watch.
-#[allow(clippy::too_many_arguments)]
 async fn cold_start(
-    args: &Args,
-    client: &Client,
-    kubeconfig: &Path,
-    defs: &[PolicyDef],
-    observer: &Observer,
+    b: &Bench<'_>,
     world: &mut World,
-    probes: &CpuProbes,
     after_operator: bool,
     report: &mut Report,
 ) -> Result {
+    let Bench {
+        args,
+        client,
+        defs,
+        observer,
+        probes,
+        ..
+    } = *b;
     let n = args.nodes;
     eprintln!("scale: baseline cold start");
     world.baseline_standing = true;
@@ -249,7 +249,7 @@ async fn cold_start(
     let counters = Arc::new(BaselineCounters::default());
     let standing = Arc::new(standing_taints(defs));
     let t0 = Instant::now();
-    let api: Api<Node> = Api::all(client_from(kubeconfig).await?);
+    let api: Api<Node> = Api::all(client_from(b.baseline_kubeconfig).await?);
     let (pages, nodes) = futures::channel::mpsc::channel::<Node>(COLD_PAGE as usize);
     let lister = tokio::spawn(list_into(api.clone(), pages));
     nodes
@@ -325,70 +325,42 @@ async fn list_into(api: Api<Node>, mut out: futures::channel::mpsc::Sender<Node>
 /// before the operator starts and again after it stopped, so the API server's
 /// drift over a run (etcd's growing history, its caches, Go's heap) weighs on both
 /// runners alike.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn baseline_rounds(
-    args: &Args,
-    client: &Client,
-    kubeconfig: &Path,
-    defs: &[PolicyDef],
-    observer: &Observer,
+    b: &Bench<'_>,
     mut world: World,
-    probes: &CpuProbes,
     after_operator: bool,
     rounds: RangeInclusive<u64>,
     report: &mut Report,
 ) -> Result {
-    cold_start(
-        args,
-        client,
-        kubeconfig,
-        defs,
-        observer,
-        &mut world,
-        probes,
-        after_operator,
-        report,
-    )
-    .await?;
-    taint_untaint_rounds(
-        args,
-        client,
-        kubeconfig,
-        defs,
-        observer,
-        world,
-        probes,
-        after_operator,
-        rounds,
-        WritingAs::Itself,
-        report,
-    )
-    .await?;
-    clear_standing_taints(args, client, defs, observer, &mut world).await
+    cold_start(b, &mut world, after_operator, report).await?;
+    taint_untaint_rounds(b, world, after_operator, rounds, WritingAs::Itself, report).await?;
+    clear_standing_taints(b, &mut world).await
 }
 
 /// The baseline's taint and untaint phases for `rounds`, through a watch of its own
 /// started for them. `world` has the standing taints on, the baseline's or the
 /// operator's.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn taint_untaint_rounds(
-    args: &Args,
-    client: &Client,
-    kubeconfig: &Path,
-    defs: &[PolicyDef],
-    observer: &Observer,
+    b: &Bench<'_>,
     mut world: World,
-    probes: &CpuProbes,
     after_operator: bool,
     rounds: RangeInclusive<u64>,
     writing_as: WritingAs,
     report: &mut Report,
 ) -> Result {
+    let Bench {
+        args,
+        client,
+        defs,
+        observer,
+        probes,
+        ..
+    } = *b;
     let (n, c) = (args.nodes, args.concurrency);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
     let counters = Arc::new(BaselineCounters::default());
     let (task, synced) = start_baseline(
-        client_from(kubeconfig).await?,
+        client_from(b.baseline_kubeconfig).await?,
         c,
         Arc::new(fault_taints_by_group(defs)),
         counters.clone(),
@@ -473,13 +445,14 @@ pub(crate) async fn taint_untaint_rounds(
 /// Takes every taint off every node and waits until the observer sees every node
 /// so: the baseline's cold start put the standing taints on, and the operator
 /// never sees them (it would rightly call them someone else's).
-async fn clear_standing_taints(
-    args: &Args,
-    client: &Client,
-    defs: &[PolicyDef],
-    observer: &Observer,
-    world: &mut World,
-) -> Result {
+async fn clear_standing_taints(b: &Bench<'_>, world: &mut World) -> Result {
+    let Bench {
+        args,
+        client,
+        defs,
+        observer,
+        ..
+    } = *b;
     let (n, concurrency) = (args.nodes, args.concurrency);
     let api: Api<Node> = Api::all(client.clone());
     let what = "baseline: standing taints off";

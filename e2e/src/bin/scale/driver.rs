@@ -21,9 +21,10 @@ use taint_operator_crd::{
 };
 
 use crate::{
-    Args, PodStatusMode, Result,
+    Args, BaselineUser, PodStatusMode, Result,
     apiserver_metrics::apiserver_counters,
     baseline::{WritingAs, baseline_rounds, taint_untaint_rounds},
+    bench::Bench,
     client_from,
     load::{flip_condition, ready_critical_pods},
     model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
@@ -193,21 +194,18 @@ pub(crate) async fn drive(
         .await
         .map_err(|e| format!("the fresh nodes are not as expected: {e}"))?;
 
+    let bench = Bench {
+        args,
+        client,
+        baseline_kubeconfig: baseline_kubeconfig(args, kubeconfig, operator_kubeconfig),
+        defs,
+        observer: &observer,
+        probes: &probes,
+    };
+
     // ---- baseline, before the operator
     if !args.skip_baseline {
-        baseline_rounds(
-            args,
-            client,
-            kubeconfig,
-            defs,
-            &observer,
-            world,
-            &probes,
-            false,
-            baseline_rounds_before(args),
-            report,
-        )
-        .await?;
+        baseline_rounds(&bench, world, false, baseline_rounds_before(args), report).await?;
     }
 
     // ---- policies, then the operator
@@ -243,10 +241,7 @@ pub(crate) async fn drive(
         cpu: cold_cpu,
         field_managers: managers,
     };
-    let result = operator_phases(
-        args, client, kubeconfig, defs, critical, &observer, &mut op, world, cold, &probes, report,
-    )
-    .await;
+    let result = operator_phases(&bench, critical, &mut op, world, cold, report).await;
     let tail = if result.is_err() {
         op.log_tail(20)
     } else {
@@ -261,21 +256,18 @@ pub(crate) async fn drive(
     // ---- baseline, after the operator
     if !args.skip_baseline {
         clear_operator_records(client, args).await?;
-        baseline_rounds(
-            args,
-            client,
-            kubeconfig,
-            defs,
-            &observer,
-            world,
-            &probes,
-            true,
-            baseline_rounds_after(args),
-            report,
-        )
-        .await?;
+        baseline_rounds(&bench, world, true, baseline_rounds_after(args), report).await?;
     }
     Ok(())
+}
+
+/// The kubeconfig the baseline's clients are made from: by default the operator's,
+/// so that API Priority and Fairness and authorization treat both runners alike.
+fn baseline_kubeconfig<'a>(args: &Args, admin: &'a Path, operator: &'a Path) -> &'a Path {
+    match args.baseline_as {
+        BaselineUser::Operator => operator,
+        BaselineUser::Admin => admin,
+    }
 }
 
 /// The baseline's rounds before the operator: all of them, or with `--interleave`
@@ -325,20 +317,22 @@ struct ColdStartBegan {
     field_managers: Vec<String>,
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn operator_phases(
-    args: &Args,
-    client: &Client,
-    kubeconfig: &Path,
-    defs: &[PolicyDef],
+    b: &Bench<'_>,
     critical: &Critical,
-    observer: &Observer,
     op: &mut OperatorProc,
     mut world: World,
     cold: ColdStartBegan,
-    probes: &CpuProbes,
     report: &mut Report,
 ) -> Result<World> {
+    let Bench {
+        args,
+        client,
+        defs,
+        observer,
+        probes,
+        ..
+    } = *b;
     let ColdStartBegan {
         t0,
         observer_events: events_before,
@@ -398,13 +392,8 @@ async fn operator_phases(
             eprintln!("scale: operator stopped for the baseline's round {round}");
             op.stop().await?;
             taint_untaint_rounds(
-                args,
-                client,
-                kubeconfig,
-                defs,
-                observer,
+                b,
                 world,
-                probes,
                 false,
                 round..=round,
                 WritingAs::TheOperator,
@@ -690,6 +679,14 @@ mod tests {
 
     fn args(extra: &[&str]) -> Args {
         Args::parse_from(["scale", "--rounds", "3"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_baseline_connects_as_the_operators_user_unless_told_otherwise() {
+        let (admin, operator) = (Path::new("admin.kubeconfig"), Path::new("op.kubeconfig"));
+        assert_eq!(baseline_kubeconfig(&args(&[]), admin, operator), operator);
+        let as_admin = args(&["--baseline-as", "admin"]);
+        assert_eq!(baseline_kubeconfig(&as_admin, admin, operator), admin);
     }
 
     #[test]

@@ -51,6 +51,7 @@ macro_rules! bail {
 // After `bail!`: a `macro_rules!` macro is only in scope below its definition.
 mod apiserver_metrics;
 mod baseline;
+mod bench;
 mod driver;
 mod load;
 mod model;
@@ -67,6 +68,29 @@ enum PodStatusMode {
     All,
     /// Only the critical pods get a status; the others stay Pending.
     Critical,
+}
+
+/// Whom the baseline's watch and patches connect as.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum BaselineUser {
+    /// The operator's user (OPERATOR_KUBECONFIG): the same API Priority and
+    /// Fairness level and the same authorization as the operator, as a bare loop
+    /// deployed as a controller would have.
+    Operator,
+    /// The admin user (KUBECONFIG, group system:masters): exempt from API Priority
+    /// and Fairness, which no controller is. Sessions up to 20 measured this way.
+    Admin,
+}
+
+impl BaselineUser {
+    fn describe(self) -> &'static str {
+        match self {
+            BaselineUser::Operator => {
+                "the operator's user (same API priority level and authorization)"
+            }
+            BaselineUser::Admin => "the admin user (system:masters, exempt from API priority)",
+        }
+    }
 }
 
 /// Drives taint-operator on the cluster in KUBECONFIG and prints a scale report.
@@ -133,6 +157,10 @@ struct Args {
     /// drift, rather than the baseline its start and end and the operator its middle.
     #[arg(long)]
     interleave: bool,
+    /// Whom the baseline connects as. The condition flips, the observer and the
+    /// setup always use the admin user.
+    #[arg(long, value_enum, default_value = "operator")]
+    baseline_as: BaselineUser,
     #[arg(long, value_enum, default_value = "all")]
     pod_status: PodStatusMode,
     /// Namespace of the pods.

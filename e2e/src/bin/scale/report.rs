@@ -277,6 +277,7 @@ impl Report {
             a.concurrency,
             crate::driver::flip_concurrency(a)
         );
+        let _ = writeln!(w, "- the baseline connects as {}", a.baseline_as.describe());
         if let Some(r) = self.operator_ready_secs {
             let _ = writeln!(
                 w,
