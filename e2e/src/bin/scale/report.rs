@@ -507,9 +507,13 @@ impl Report {
                 fmt_opt(busy, 2)
             );
         }
+        let queued_whose = match a.baseline_as {
+            crate::BaselineUser::Operator => "the operator's and the baseline's",
+            crate::BaselineUser::Admin => "the operator's; the baseline's admin user is exempt",
+        };
         let _ = writeln!(
             w,
-            "\n### CPU seconds per phase until the operator has settled (events, status writes), by process (/proc); the API server's garbage collection and allocation, and the requests its priority and fairness queued for a seat (non-exempt clients: the operator's, not the baseline's), from its /metrics\n"
+            "\n### CPU seconds per phase until the operator has settled (events, status writes), by process (/proc); the API server's garbage collection and allocation, and the requests its priority and fairness queued for a seat ({queued_whose}), from its /metrics\n"
         );
         let _ = writeln!(
             w,
