@@ -29,8 +29,12 @@ use crate::{
         BASELINE_CONDITION, SCALE_LABEL, World, expected_all, fault_taints_by_group, group_of,
         node_index, node_name, standing_taints,
     },
+    observer::Cue,
     operator_proc::OpMetrics,
-    phase::{PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes},
+    phase::{
+        PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
+        split_at_seen,
+    },
     report::Report,
     setup::create_all,
 };
@@ -382,7 +386,13 @@ pub(crate) async fn taint_untaint_rounds(
         let events_before = observer.events();
         let cpu_before = probes.snapshot();
         let apiserver_before = apiserver_counters(client).await?;
-        observer.begin(expected_all(defs, n, world));
+        observer.begin_with_cue(
+            expected_all(defs, n, world),
+            Some(Cue {
+                condition: BASELINE_CONDITION,
+                on,
+            }),
+        );
         let t0 = Instant::now();
         let changes = flip_condition(
             client,
@@ -400,6 +410,8 @@ pub(crate) async fn taint_untaint_rounds(
         let change_secs = t0.elapsed().as_secs_f64();
         let right = observer.wait_all_right(timeout).await?;
         let cpu_to_right = probes.since(&cpu_before);
+        let (sent_to_seen_ms, seen_to_right_ms) =
+            split_at_seen(&changes, &observer.cue_seen(), &right);
         let end = right.iter().max().copied().unwrap_or(t0);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let patches = counters.patches.load(Ordering::Relaxed) - before;
@@ -423,6 +435,8 @@ pub(crate) async fn taint_untaint_rounds(
             change_secs,
             latencies_ms: latencies(&changes, &right),
             per_node: per_node(t0, &changes, &right),
+            sent_to_seen_ms,
+            seen_to_right_ms,
             node_writes: patches as f64,
             conflicts: conflicts as f64,
             requests,

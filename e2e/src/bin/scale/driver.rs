@@ -28,11 +28,11 @@ use crate::{
     client_from,
     load::{flip_condition, ready_critical_pods},
     model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
-    observer::Observer,
+    observer::{Cue, Observer},
     operator_proc::OperatorProc,
     phase::{
         PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
-        with_operator,
+        split_at_seen, with_operator,
     },
     procfs::CpuProbes,
     report::Report,
@@ -380,6 +380,7 @@ async fn operator_phases(
         cpu_to_right: cold_to_right,
         node_bytes: Some(sample_node_bytes(client, n).await?),
         apiserver: apiserver_counters(client).await?.since(&apiserver_before),
+        ..PhaseResult::default()
     });
     let mut before = m_cold;
 
@@ -423,7 +424,14 @@ async fn operator_phases(
         apiserver_before = apiserver_counters(client).await?;
         op.take_peak_kib();
         let events_before = observer.events();
-        observer.begin(expected_all(defs, n, world));
+        let cue = match kind {
+            "taint" | "untaint" => Some(Cue {
+                condition: FAULT_CONDITION,
+                on: kind == "taint",
+            }),
+            _ => None,
+        };
+        observer.begin_with_cue(expected_all(defs, n, world), cue);
         let t0 = Instant::now();
         let changes = match kind {
             "taint" => {
@@ -451,6 +459,10 @@ async fn operator_phases(
         };
         let change_secs = t0.elapsed().as_secs_f64();
         let right = observer.wait_all_right(timeout).await?;
+        let (sent_to_seen_ms, seen_to_right_ms) = match cue {
+            Some(_) => split_at_seen(&changes, &observer.cue_seen(), &right),
+            None => (vec![], vec![]),
+        };
         let mut end = right.iter().max().copied().unwrap_or(t0);
         if kind == "policy delete" {
             // the phase ends when the finalizer let the policy go
@@ -484,6 +496,8 @@ async fn operator_phases(
             change_secs,
             latencies_ms: latencies(&changes, &right),
             per_node: per_node(t0, &changes, &right),
+            sent_to_seen_ms,
+            seen_to_right_ms,
             node_writes: d.node_writes,
             conflicts: d.node_write_conflicts,
             requests: d,

@@ -1,5 +1,6 @@
-//! The admin watch that times every phase: it decodes only names and taints, so its
-//! own cost stays small next to what it measures.
+//! The admin watch that times every phase: it decodes only names, taints and the
+//! benchmark's fault conditions, so its own cost stays small next to what it
+//! measures.
 
 use std::{
     collections::BTreeSet,
@@ -20,15 +21,71 @@ use serde::Deserialize;
 
 use crate::{
     Result,
-    model::{BENCH_PREFIX, SCALE_LABEL, node_index, node_name},
+    model::{
+        BASELINE_CONDITION, BENCH_PREFIX, FAULT_CONDITION, SCALE_LABEL, node_index, node_name,
+    },
 };
 
-/// A node as the observer decodes it: name and taints only (the rest is skipped).
+/// A node as the observer decodes it: name, taints and conditions only (the rest
+/// is skipped).
 #[derive(Deserialize, Clone, Debug)]
 struct SlimNode {
     metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<SlimSpec>,
+    #[serde(default)]
+    status: Option<SlimStatus>,
+}
+
+#[derive(Deserialize, Clone, Debug, Default)]
+struct SlimStatus {
+    #[serde(default)]
+    conditions: Option<Vec<SlimCondition>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+struct SlimCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+/// The conditions a phase flips, as the watch last showed them on one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Flippable {
+    fault: bool,
+    baseline_fault: bool,
+}
+
+impl Flippable {
+    fn of(status: Option<&SlimStatus>) -> Self {
+        let is_true = |ty: &str| {
+            status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == ty))
+                .is_some_and(|c| c.status == "True")
+        };
+        Flippable {
+            fault: is_true(FAULT_CONDITION),
+            baseline_fault: is_true(BASELINE_CONDITION),
+        }
+    }
+
+    fn shows(self, cue: Cue) -> bool {
+        match cue.condition {
+            c if c == FAULT_CONDITION => self.fault == cue.on,
+            c if c == BASELINE_CONDITION => self.baseline_fault == cue.on,
+            _ => false,
+        }
+    }
+}
+
+/// The change a phase makes to every node's conditions: `condition` turned True
+/// (`on`) or False.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cue {
+    pub(crate) condition: &'static str,
+    pub(crate) on: bool,
 }
 
 #[derive(Deserialize, Clone, Debug, Default)]
@@ -76,13 +133,26 @@ fn bench_taints<'a>(taints: impl Iterator<Item = (&'a str, &'a str)>) -> BTreeSe
 
 struct ObsState {
     taints: Vec<Option<BTreeSet<String>>>,
+    conditions: Vec<Flippable>,
     expected: Vec<BTreeSet<String>>,
     right_at: Vec<Option<Instant>>,
     wrong: usize,
     events: u64,
+    cue: Option<Cue>,
+    /// When the watch first showed each node with the phase's change made.
+    cue_seen_at: Vec<Option<Instant>>,
 }
 
 impl ObsState {
+    fn note_cue(&mut self, i: usize, now: Instant) {
+        if let Some(cue) = self.cue
+            && self.cue_seen_at[i].is_none()
+            && self.conditions[i].shows(cue)
+        {
+            self.cue_seen_at[i] = Some(now);
+        }
+    }
+
     fn judge(&mut self, i: usize, now: Instant) {
         let right = self.taints[i].as_ref() == Some(&self.expected[i]);
         match (right, self.right_at[i].is_some()) {
@@ -111,10 +181,13 @@ impl Observer {
         let obs = Arc::new(Observer {
             state: Mutex::new(ObsState {
                 taints: vec![None; n],
+                conditions: vec![Flippable::default(); n],
                 expected: vec![BTreeSet::new(); n],
                 right_at: vec![None; n],
                 wrong: n,
                 events: 0,
+                cue: None,
+                cue_seen_at: vec![None; n],
             }),
             synced: AtomicBool::new(false),
         });
@@ -152,7 +225,9 @@ impl Observer {
                 }
                 s.events += 1;
                 s.taints[i] = Some(taints);
+                s.conditions[i] = Flippable::of(node.status.as_ref());
                 s.judge(i, now);
+                s.note_cue(i, now);
             }
         });
         obs
@@ -166,14 +241,34 @@ impl Observer {
 
     /// Sets what every node should carry from now on.
     pub(crate) fn begin(&self, expected: Vec<BTreeSet<String>>) {
+        self.begin_with_cue(expected, None);
+    }
+
+    /// As [`Observer::begin`], and also times when the watch first shows each node
+    /// with `cue`'s change made ([`Observer::cue_seen`]).
+    pub(crate) fn begin_with_cue(&self, expected: Vec<BTreeSet<String>>, cue: Option<Cue>) {
         let now = Instant::now();
         let mut s = self.state.lock().expect("observer lock");
+        let n = expected.len();
         s.expected = expected;
-        s.right_at = vec![None; s.expected.len()];
-        s.wrong = s.expected.len();
-        for i in 0..s.expected.len() {
+        s.right_at = vec![None; n];
+        s.wrong = n;
+        s.cue = cue;
+        s.cue_seen_at = vec![None; n];
+        for i in 0..n {
             s.judge(i, now);
+            s.note_cue(i, now);
         }
+    }
+
+    /// When the watch first showed each node with the current phase's change made
+    /// (`None` where it has not, or the phase has no cue).
+    pub(crate) fn cue_seen(&self) -> Vec<Option<Instant>> {
+        self.state
+            .lock()
+            .expect("observer lock")
+            .cue_seen_at
+            .clone()
     }
 
     pub(crate) fn events(&self) -> u64 {
@@ -213,5 +308,65 @@ impl Observer {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(conditions: &[(&str, &str)]) -> SlimStatus {
+        SlimStatus {
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|(t, s)| SlimCondition {
+                        type_: t.to_string(),
+                        status: s.to_string(),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn the_flip_is_seen_once_the_watch_shows_the_phases_condition_turned() {
+        let n = 2;
+        let mut s = ObsState {
+            taints: vec![None; n],
+            conditions: vec![Flippable::default(); n],
+            expected: vec![BTreeSet::new(); n],
+            right_at: vec![None; n],
+            wrong: n,
+            events: 0,
+            cue: Some(Cue {
+                condition: FAULT_CONDITION,
+                on: true,
+            }),
+            cue_seen_at: vec![None; n],
+        };
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(300);
+        // the baseline's condition turning True is not this phase's flip
+        s.conditions[0] = Flippable::of(Some(&status(&[(BASELINE_CONDITION, "True")])));
+        s.note_cue(0, t0);
+        assert_eq!(s.cue_seen_at[0], None);
+        s.conditions[0] = Flippable::of(Some(&status(&[(FAULT_CONDITION, "True")])));
+        s.note_cue(0, t0);
+        // a later event (the taint written) keeps the first sighting
+        s.note_cue(0, later);
+        assert_eq!(s.cue_seen_at, vec![Some(t0), None]);
+
+        // recovery: False counts, and so does a node without the condition at all
+        s.cue = Some(Cue {
+            condition: FAULT_CONDITION,
+            on: false,
+        });
+        s.cue_seen_at = vec![None; n];
+        s.conditions[0] = Flippable::of(Some(&status(&[(FAULT_CONDITION, "False")])));
+        s.conditions[1] = Flippable::of(None);
+        s.note_cue(0, later);
+        s.note_cue(1, later);
+        assert_eq!(s.cue_seen_at, vec![Some(later), Some(later)]);
     }
 }

@@ -104,6 +104,13 @@ pub(crate) struct PhaseResult {
     pub(crate) cpu_to_right: BTreeMap<String, f64>,
     /// Per node, in node order: (change sent, ms after the phase began; latency, ms).
     pub(crate) per_node: Vec<(f64, f64)>,
+    /// Condition flip phases: a node's latency in two parts, in milliseconds,
+    /// sorted: from its flip sent until the admin watch showed the flip (the API
+    /// server's answer and watch delivery, which both runners share), and from
+    /// then until the watch showed its taints right (the runner's reaction: its
+    /// own watch, queue and write).
+    pub(crate) sent_to_seen_ms: Vec<f64>,
+    pub(crate) seen_to_right_ms: Vec<f64>,
     /// Mean JSON bytes of a sampled node once every node was right.
     pub(crate) node_bytes: Option<f64>,
     /// What the phase cost the API server by its own counters: watches it closed
@@ -170,6 +177,30 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Per node, the milliseconds from `from` to `to`, sorted; nodes missing either
+/// moment are left out.
+pub(crate) fn spans(from: &[Option<Instant>], to: &[Option<Instant>]) -> Vec<f64> {
+    let mut v: Vec<f64> = from
+        .iter()
+        .zip(to)
+        .filter_map(|(f, t)| Some(t.as_ref()?.saturating_duration_since(*f.as_ref()?)))
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+/// A condition flip phase's latency split where the admin watch first showed
+/// each node's flip: (sent → seen, seen → right), as in [`PhaseResult`].
+pub(crate) fn split_at_seen(
+    changes: &[Option<Instant>],
+    seen: &[Option<Instant>],
+    right: &[Instant],
+) -> (Vec<f64>, Vec<f64>) {
+    let right: Vec<Option<Instant>> = right.iter().copied().map(Some).collect();
+    (spans(changes, seen), spans(seen, &right))
+}
+
 pub(crate) fn latencies(changes: &[Option<Instant>], right: &[Instant]) -> Vec<f64> {
     let mut v: Vec<f64> = changes
         .iter()
@@ -185,6 +216,8 @@ pub(crate) fn latencies(changes: &[Option<Instant>], right: &[Instant]) -> Vec<f
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -196,6 +229,19 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![7.0]), 7.0);
         assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn a_latency_splits_where_the_watch_showed_the_flip() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let changes = [Some(at(0)), Some(at(10)), Some(at(20)), None];
+        // node 2's flip was never seen (its watch relisted past it); node 3 had no change
+        let seen = [Some(at(100)), Some(at(50)), None, Some(at(30))];
+        let right = [at(400), at(250), at(300), at(90)];
+        let (sent_to_seen, seen_to_right) = split_at_seen(&changes, &seen, &right);
+        assert_eq!(sent_to_seen, vec![40.0, 100.0]);
+        assert_eq!(seen_to_right, vec![60.0, 200.0, 300.0]);
     }
 
     #[test]

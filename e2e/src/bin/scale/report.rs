@@ -42,6 +42,14 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// One part of a latency split (see `PhaseResult::seen_to_right_ms`) for the JSON.
+fn split_json(ms: &[f64]) -> Value {
+    if ms.is_empty() {
+        return Value::Null;
+    }
+    json!({"nodes": ms.len(), "p50": percentile(ms, 50.0), "p99": percentile(ms, 99.0)})
+}
+
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
@@ -482,6 +490,7 @@ impl Report {
                 fmt_opt(p.node_bytes, 0)
             );
         }
+        self.latency_split_section(w);
         self.watches_section(w);
         let _ = writeln!(
             w,
@@ -661,6 +670,86 @@ impl Report {
         }
     }
 
+    /// Each condition flip phase's latency in two parts, and the medians of the
+    /// runner's reaction over the rounds.
+    fn latency_split_section(&self, w: &mut String) {
+        use std::fmt::Write;
+        let split: Vec<&PhaseResult> = self
+            .phases
+            .iter()
+            .filter(|p| !p.seen_to_right_ms.is_empty())
+            .collect();
+        if split.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            w,
+            "\n### Where a node's latency goes: until the watch shows its flip, and after\n"
+        );
+        let _ = writeln!(
+            w,
+            "Sent → seen: from a node's condition flip sent until the admin watch showed it \
+             (the API server's answer and its watch delivery, alike for both runners). \
+             Seen → right: from then until the same watch showed the node's taints right \
+             (the runner's own watch, its queue and its write, and the write's way back).\n"
+        );
+        let _ = writeln!(
+            w,
+            "| runner | phase | nodes | sent → seen p50 ms | p99 ms | seen → right p50 ms | p99 ms |"
+        );
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|");
+        for p in &split {
+            let (a, b) = (&p.sent_to_seen_ms, &p.seen_to_right_ms);
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                p.runner,
+                p.name,
+                b.len(),
+                percentile(a, 50.0),
+                percentile(a, 99.0),
+                percentile(b, 50.0),
+                percentile(b, 99.0)
+            );
+        }
+        for kind in ["taint", "untaint"] {
+            let reaction = |runner: &str| {
+                let rounds: Vec<&&PhaseResult> = split
+                    .iter()
+                    .filter(|p| p.runner == runner && p.kind == kind)
+                    .collect();
+                (!rounds.is_empty()).then(|| {
+                    (
+                        median(
+                            rounds
+                                .iter()
+                                .map(|p| percentile(&p.seen_to_right_ms, 50.0))
+                                .collect(),
+                        ),
+                        median(
+                            rounds
+                                .iter()
+                                .map(|p| percentile(&p.seen_to_right_ms, 99.0))
+                                .collect(),
+                        ),
+                    )
+                })
+            };
+            if let (Some(op), Some(base)) = (reaction("operator"), reaction("baseline")) {
+                let _ = writeln!(
+                    w,
+                    "\n{kind}: seen → right, medians over the rounds: operator p50 {:.0} ms, p99 {:.0} ms; baseline p50 {:.0} ms, p99 {:.0} ms ({:.2}× / {:.2}×)",
+                    op.0,
+                    op.1,
+                    base.0,
+                    base.1,
+                    op.0 / base.0.max(1e-9),
+                    op.1 / base.1.max(1e-9)
+                );
+            }
+        }
+    }
+
     pub(crate) fn json(&self) -> Value {
         let a = &self.args;
         let phase = |p: &PhaseResult| {
@@ -671,7 +760,7 @@ impl Report {
                 .iter()
                 .map(|((verb, res, code), v)| json!({"verb": verb, "resource": res, "code": code, "count": v}))
                 .collect();
-            json!({
+            let mut v = json!({
                 "runner": p.runner, "phase": p.name, "after_operator": p.after_operator, "transitions": p.transitions,
                 "seconds": p.secs, "change_seconds": p.change_secs,
                 "kind": p.kind,
@@ -710,7 +799,11 @@ impl Report {
                 "latency_by_change_time": p.timeline().iter()
                     .map(|(at, p50, max)| json!({"from_s": at, "p50_ms": p50, "max_ms": max}))
                     .collect::<Vec<_>>(),
-            })
+            });
+            // Outside the macro above, which is at serde_json's recursion limit.
+            v["sent_to_seen_ms"] = split_json(&p.sent_to_seen_ms);
+            v["seen_to_right_ms"] = split_json(&p.seen_to_right_ms);
+            v
         };
         json!({
             "n_nodes": a.nodes, "pods_per_node": a.pods_per_node, "pods": a.nodes * a.pods_per_node,
