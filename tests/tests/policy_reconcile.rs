@@ -329,7 +329,7 @@ async fn cleanup_leaves_the_nodes_to_the_node_controller() {
     let cleaned = served_node("n1").condition(NIC, "Kaput").build();
     let grace = CleanupGrace {
         watcher: Duration::ZERO,
-        node_controller: Duration::from_secs(5),
+        node_controller_stall: Duration::from_secs(5),
     };
     let (h, api) = harness_with_grace(std::slice::from_ref(&deleting), &[tainted.build()], grace);
     let action = scenario(
@@ -373,7 +373,7 @@ async fn cleanup_writes_what_the_node_controller_left() {
         .build();
     let grace = CleanupGrace {
         watcher: Duration::ZERO,
-        node_controller: Duration::from_millis(300),
+        node_controller_stall: Duration::from_millis(300),
     };
     let (h, api) = harness_with_grace(std::slice::from_ref(&deleting), &[n1], grace);
     let started = std::time::Instant::now();

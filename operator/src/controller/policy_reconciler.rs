@@ -91,8 +91,8 @@ async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
     // race: at 5,000 nodes, 4 of 5 cleanup writes lost to a conflict.
     let seen = wait_until(ctx.cleanup_grace.watcher, || deletion_seen(ctx, &name)).await;
     if seen {
-        wait_until(ctx.cleanup_grace.node_controller, || {
-            count_mentioning(ctx, &name) == 0
+        wait_while_falling(ctx.cleanup_grace.node_controller_stall, || {
+            count_mentioning(ctx, &name)
         })
         .await;
     }
@@ -150,6 +150,27 @@ fn deletion_seen(ctx: &Context, policy: &str) -> bool {
         .is_none_or(|p| p.deleting)
 }
 
+/// Polls `remaining` until it is 0 (true), or until it has not fallen for
+/// `stall` (false).
+async fn wait_while_falling(stall: Duration, mut remaining: impl FnMut() -> usize) -> bool {
+    let mut lowest = remaining();
+    let mut fell_at = tokio::time::Instant::now();
+    loop {
+        if lowest == 0 {
+            return true;
+        }
+        if tokio::time::Instant::now().duration_since(fell_at) >= stall {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = remaining();
+        if now < lowest {
+            lowest = now;
+            fell_at = tokio::time::Instant::now();
+        }
+    }
+}
+
 /// Polls `done` until it holds or `limit` has passed; says whether it held.
 async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
@@ -161,5 +182,40 @@ async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn cleanup_waits_for_the_node_controller_as_long_as_it_makes_progress() {
+        // 10 nodes, one cleaned every 10 s: 100 s in all, far past the 15 s stall
+        let start = tokio::time::Instant::now();
+        let left =
+            |from: usize| move || from.saturating_sub((start.elapsed().as_secs() / 10) as usize);
+        assert!(wait_while_falling(Duration::from_secs(15), left(10)).await);
+        assert_eq!(start.elapsed().as_secs(), 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cleanup_takes_over_when_the_count_stops_falling() {
+        let start = tokio::time::Instant::now();
+        // falls to 3 after 2 s, then stays: given up 15 s after that fall
+        let stuck = || {
+            if start.elapsed() < Duration::from_secs(2) {
+                5
+            } else {
+                3
+            }
+        };
+        assert!(!wait_while_falling(Duration::from_secs(15), stuck).await);
+        assert_eq!(start.elapsed().as_secs(), 17);
+        // a count that goes up (a node re-tainted meanwhile) is no progress either
+        let start = tokio::time::Instant::now();
+        let rising = || 4 + (start.elapsed().as_secs() / 5) as usize;
+        assert!(!wait_while_falling(Duration::from_secs(15), rising).await);
+        assert_eq!(start.elapsed().as_secs(), 15);
     }
 }

@@ -87,7 +87,7 @@ pub fn harness(policies: &[TaintPolicy], nodes: &[Node]) -> (Harness, ApiServerV
         nodes,
         CleanupGrace {
             watcher: Duration::ZERO,
-            node_controller: Duration::ZERO,
+            node_controller_stall: Duration::ZERO,
         },
     )
 }
@@ -103,7 +103,7 @@ pub fn harness_with_clock(
         nodes,
         CleanupGrace {
             watcher: Duration::ZERO,
-            node_controller: Duration::ZERO,
+            node_controller_stall: Duration::ZERO,
         },
         clock,
     )
