@@ -144,6 +144,20 @@ struct ObsState {
 }
 
 impl ObsState {
+    /// `n` nodes not yet seen, none expected right.
+    fn new(n: usize) -> Self {
+        ObsState {
+            taints: vec![None; n],
+            conditions: vec![Flippable::default(); n],
+            expected: vec![BTreeSet::new(); n],
+            right_at: vec![None; n],
+            wrong: n,
+            events: 0,
+            cue: None,
+            cue_seen_at: vec![None; n],
+        }
+    }
+
     fn note_cue(&mut self, i: usize, now: Instant) {
         if let Some(cue) = self.cue
             && self.cue_seen_at[i].is_none()
@@ -179,16 +193,7 @@ pub(crate) struct Observer {
 impl Observer {
     pub(crate) fn start(client: Client, n: usize) -> Arc<Self> {
         let obs = Arc::new(Observer {
-            state: Mutex::new(ObsState {
-                taints: vec![None; n],
-                conditions: vec![Flippable::default(); n],
-                expected: vec![BTreeSet::new(); n],
-                right_at: vec![None; n],
-                wrong: n,
-                events: 0,
-                cue: None,
-                cue_seen_at: vec![None; n],
-            }),
+            state: Mutex::new(ObsState::new(n)),
             synced: AtomicBool::new(false),
         });
         let o = obs.clone();
@@ -332,19 +337,11 @@ mod tests {
     #[test]
     fn the_flip_is_seen_once_the_watch_shows_the_phases_condition_turned() {
         let n = 2;
-        let mut s = ObsState {
-            taints: vec![None; n],
-            conditions: vec![Flippable::default(); n],
-            expected: vec![BTreeSet::new(); n],
-            right_at: vec![None; n],
-            wrong: n,
-            events: 0,
-            cue: Some(Cue {
-                condition: FAULT_CONDITION,
-                on: true,
-            }),
-            cue_seen_at: vec![None; n],
-        };
+        let mut s = ObsState::new(n);
+        s.cue = Some(Cue {
+            condition: FAULT_CONDITION,
+            on: true,
+        });
         let t0 = Instant::now();
         let later = t0 + Duration::from_millis(300);
         // the baseline's condition turning True is not this phase's flip
