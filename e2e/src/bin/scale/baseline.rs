@@ -32,11 +32,11 @@ use crate::{
     observer::Cue,
     operator_proc::OpMetrics,
     phase::{
-        PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
-        split_at_seen,
+        FlipSplit, PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
     },
     report::Report,
     setup::create_all,
+    write_times::WriteTimes,
 };
 
 #[derive(Default)]
@@ -46,6 +46,8 @@ struct BaselineCounters {
     patch_micros: AtomicU64,
     conflicts: AtomicU64,
     errors: AtomicU64,
+    /// When each node's last successful patch was answered (the rounds only).
+    written: WriteTimes,
 }
 
 /// The baseline: one watch on nodes and, for every node event, the one JSON patch
@@ -208,7 +210,11 @@ async fn put_taints(
         .patch_micros
         .fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
     match answer {
-        Ok(_) => {}
+        Ok(_) => {
+            if let Some(i) = node_index(&node.name_any()) {
+                counters.written.record(i, Instant::now());
+            }
+        }
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
             counters.conflicts.fetch_add(1, Ordering::Relaxed);
         }
@@ -362,7 +368,10 @@ pub(crate) async fn taint_untaint_rounds(
     } = *b;
     let (n, c) = (args.nodes, args.concurrency);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    let counters = Arc::new(BaselineCounters::default());
+    let counters = Arc::new(BaselineCounters {
+        written: WriteTimes::new(n),
+        ..BaselineCounters::default()
+    });
     let (task, synced) = start_baseline(
         client_from(b.baseline_kubeconfig).await?,
         c,
@@ -393,8 +402,9 @@ pub(crate) async fn taint_untaint_rounds(
                 on,
             }),
         );
+        counters.written.take();
         let t0 = Instant::now();
-        let changes = flip_condition(
+        let flips = flip_condition(
             client,
             n,
             crate::driver::flip_concurrency(args),
@@ -410,8 +420,13 @@ pub(crate) async fn taint_untaint_rounds(
         let change_secs = t0.elapsed().as_secs_f64();
         let right = observer.wait_all_right(timeout).await?;
         let cpu_to_right = probes.since(&cpu_before);
-        let (sent_to_seen_ms, seen_to_right_ms) =
-            split_at_seen(&changes, &observer.cue_seen(), &right);
+        let flip = FlipSplit::new(
+            &flips,
+            &observer.cue_seen(),
+            &right,
+            &counters.written.take(),
+        );
+        let changes = flips.sent;
         let end = right.iter().max().copied().unwrap_or(t0);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let patches = counters.patches.load(Ordering::Relaxed) - before;
@@ -435,8 +450,7 @@ pub(crate) async fn taint_untaint_rounds(
             change_secs,
             latencies_ms: latencies(&changes, &right),
             per_node: per_node(t0, &changes, &right),
-            sent_to_seen_ms,
-            seen_to_right_ms,
+            flip: Some(flip),
             node_writes: patches as f64,
             conflicts: conflicts as f64,
             requests,

@@ -25,18 +25,19 @@ use crate::{
     apiserver_metrics::apiserver_counters,
     baseline::{WritingAs, baseline_rounds, taint_untaint_rounds},
     bench::Bench,
-    client_from,
+    config_from,
     load::{flip_condition, ready_critical_pods},
     model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
     observer::{Cue, Observer},
     operator_proc::OperatorProc,
     phase::{
-        PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
-        split_at_seen, with_operator,
+        FlipSplit, PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
+        with_operator,
     },
     procfs::CpuProbes,
     report::Report,
     setup::{create_all, install_crd, node_json, pod_json, pod_name, pod_status_json},
+    write_times::{Anchor, operator_writes},
 };
 
 #[allow(clippy::too_many_arguments)]
@@ -185,7 +186,7 @@ pub(crate) async fn drive(
     }
 
     // ---- the observer
-    let observer = Observer::start(client_from(kubeconfig).await?, n);
+    let observer = Observer::start(config_from(kubeconfig).await?, n)?;
     observer.wait_synced().await;
     let mut world = World::default();
     observer.begin(expected_all(defs, n, world));
@@ -432,21 +433,20 @@ async fn operator_phases(
             _ => None,
         };
         observer.begin_with_cue(expected_all(defs, n, world), cue);
+        let log_from = op.log_len();
+        let anchor = Anchor::now();
         let t0 = Instant::now();
+        let mut flipped = None;
         let changes = match kind {
-            "taint" => {
-                flip_condition(
-                    client,
-                    n,
-                    flips,
-                    FAULT_CONDITION,
-                    "True",
-                    "BenchFaultDetected",
-                )
-                .await?
-            }
-            "untaint" => {
-                flip_condition(client, n, flips, FAULT_CONDITION, "False", "BenchHealthy").await?
+            "taint" | "untaint" => {
+                let (status, reason) = match kind {
+                    "taint" => ("True", "BenchFaultDetected"),
+                    _ => ("False", "BenchHealthy"),
+                };
+                let f = flip_condition(client, n, flips, FAULT_CONDITION, status, reason).await?;
+                let sent = f.sent.clone();
+                flipped = Some(f);
+                sent
             }
             "readiness" => ready_critical_pods(client, &args.namespace, n, critical, flips).await?,
             _ => {
@@ -459,10 +459,7 @@ async fn operator_phases(
         };
         let change_secs = t0.elapsed().as_secs_f64();
         let right = observer.wait_all_right(timeout).await?;
-        let (sent_to_seen_ms, seen_to_right_ms) = match cue {
-            Some(_) => split_at_seen(&changes, &observer.cue_seen(), &right),
-            None => (vec![], vec![]),
-        };
+        let seen = observer.cue_seen();
         let mut end = right.iter().max().copied().unwrap_or(t0);
         if kind == "policy delete" {
             // the phase ends when the finalizer let the policy go
@@ -486,6 +483,15 @@ async fn operator_phases(
         let after = op.settle(settle_quiet, settle_max).await?;
         let d = after.minus(&before);
         let s = op.sample();
+        // Read once the operator has settled: every write's line is in the log.
+        let flip = match flipped {
+            Some(f) => {
+                let written =
+                    operator_writes(&op.log_since(log_from)?, n, kind == "taint", &anchor);
+                Some(FlipSplit::new(&f, &seen, &right, &written))
+            }
+            None => None,
+        };
         report.phases.push(PhaseResult {
             name: name.into(),
             kind: kind.into(),
@@ -496,8 +502,7 @@ async fn operator_phases(
             change_secs,
             latencies_ms: latencies(&changes, &right),
             per_node: per_node(t0, &changes, &right),
-            sent_to_seen_ms,
-            seen_to_right_ms,
+            flip,
             node_writes: d.node_writes,
             conflicts: d.node_write_conflicts,
             requests: d,

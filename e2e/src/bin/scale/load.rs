@@ -17,8 +17,14 @@ use crate::{
     setup::pod_name,
 };
 
+/// When each node's condition flip was sent and when the API server answered it.
+pub(crate) struct Flips {
+    pub(crate) sent: Vec<Option<Instant>>,
+    pub(crate) answered: Vec<Option<Instant>>,
+}
+
 /// Flips `cond` on every node to `status` (strategic merge on the status
-/// subresource); returns when each node's request was sent.
+/// subresource); returns when each node's request was sent and answered.
 pub(crate) async fn flip_condition(
     client: &Client,
     n: usize,
@@ -26,11 +32,14 @@ pub(crate) async fn flip_condition(
     cond: &str,
     status: &str,
     reason: &str,
-) -> Result<Vec<Option<Instant>>> {
+) -> Result<Flips> {
     let api: Api<Node> = Api::all(client.clone());
     let now = Timestamp::now().to_string();
-    let mut changes = vec![None; n];
-    let results: Vec<(usize, Instant)> = stream::iter(0..n)
+    let mut flips = Flips {
+        sent: vec![None; n],
+        answered: vec![None; n],
+    };
+    let results: Vec<(usize, Instant, Instant)> = stream::iter(0..n)
         .map(|i| {
             let api = api.clone();
             let patch = json!({"status": {"conditions": [{
@@ -46,16 +55,17 @@ pub(crate) async fn flip_condition(
                 )
                 .await
                 .map_err(|e| format!("flip {cond} on {}: {e}", node_name(i)))?;
-                Ok::<_, Error>((i, t))
+                Ok::<_, Error>((i, t, Instant::now()))
             }
         })
         .buffer_unordered(concurrency)
         .try_collect()
         .await?;
-    for (i, t) in results {
-        changes[i] = Some(t);
+    for (i, sent, answered) in results {
+        flips.sent[i] = Some(sent);
+        flips.answered[i] = Some(answered);
     }
-    Ok(changes)
+    Ok(flips)
 }
 
 /// Marks every critical pod Ready; a node's change time is when its first pod

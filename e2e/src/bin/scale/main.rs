@@ -61,6 +61,7 @@ mod phase;
 mod procfs;
 mod report;
 mod setup;
+mod write_times;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum PodStatusMode {
@@ -181,12 +182,16 @@ fn env_path(name: &str) -> Option<PathBuf> {
 }
 
 async fn client_from(path: &Path) -> Result<Client> {
+    Ok(Client::try_from(config_from(path).await?)?)
+}
+
+async fn config_from(path: &Path) -> Result<Config> {
     let kc = kube::config::Kubeconfig::read_from(path)
         .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
     let mut config =
         Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
     config.read_timeout = Some(Duration::from_secs(120));
-    Ok(Client::try_from(config)?)
+    Ok(config)
 }
 
 #[tokio::main]

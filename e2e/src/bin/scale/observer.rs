@@ -14,7 +14,7 @@ use std::{
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
-    Api, Client, Resource,
+    Api, Client, Config, Resource,
     runtime::{WatchStreamExt, watcher},
 };
 use serde::Deserialize;
@@ -191,51 +191,76 @@ pub(crate) struct Observer {
 }
 
 impl Observer {
-    pub(crate) fn start(client: Client, n: usize) -> Arc<Self> {
+    /// Starts the watch on a thread and runtime of its own, so nothing else in this
+    /// process (the drivers, the baseline) can delay its reading of the stream.
+    pub(crate) fn start(config: Config, n: usize) -> Result<Arc<Self>> {
         let obs = Arc::new(Observer {
             state: Mutex::new(ObsState::new(n)),
             synced: AtomicBool::new(false),
         });
         let o = obs.clone();
-        tokio::spawn(async move {
-            let api: Api<SlimNode> = Api::all(client);
-            let cfg = watcher::Config::default().labels(&format!("{SCALE_LABEL}=true"));
-            let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
-            while let Some(ev) = events.next().await {
-                let now = Instant::now();
-                let node = match ev {
-                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
-                    Ok(watcher::Event::InitDone) => {
-                        o.synced.store(true, Ordering::Release);
-                        continue;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (client_tx, client_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("observer".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match Client::try_from(config) {
+                        Ok(client) => {
+                            let _ = client_tx.send(Ok(()));
+                            o.watch(client).await;
+                        }
+                        Err(e) => {
+                            let _ = client_tx.send(Err(e));
+                        }
                     }
-                    Ok(_) => continue,
-                    Err(e) => {
-                        eprintln!("scale: observer watch error (retrying): {e}");
-                        continue;
-                    }
-                };
-                let Some(i) = node.metadata.name.as_deref().and_then(node_index) else {
-                    continue;
-                };
-                let taints = bench_taints(
-                    node.spec
-                        .iter()
-                        .flat_map(|s| s.taints.iter().flatten())
-                        .map(|t| (t.key.as_str(), t.effect.as_str())),
-                );
-                let mut s = o.state.lock().expect("observer lock");
-                if i >= s.taints.len() {
+                })
+            })?;
+        client_rx
+            .recv()
+            .map_err(|_| "the observer's thread ended before its client was made")??;
+        Ok(obs)
+    }
+
+    async fn watch(&self, client: Client) {
+        let api: Api<SlimNode> = Api::all(client);
+        let cfg = watcher::Config::default().labels(&format!("{SCALE_LABEL}=true"));
+        let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
+        while let Some(ev) = events.next().await {
+            let now = Instant::now();
+            let node = match ev {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
+                Ok(watcher::Event::InitDone) => {
+                    self.synced.store(true, Ordering::Release);
                     continue;
                 }
-                s.events += 1;
-                s.taints[i] = Some(taints);
-                s.conditions[i] = Flippable::of(node.status.as_ref());
-                s.judge(i, now);
-                s.note_cue(i, now);
+                Ok(_) => continue,
+                Err(e) => {
+                    eprintln!("scale: observer watch error (retrying): {e}");
+                    continue;
+                }
+            };
+            let Some(i) = node.metadata.name.as_deref().and_then(node_index) else {
+                continue;
+            };
+            let taints = bench_taints(
+                node.spec
+                    .iter()
+                    .flat_map(|s| s.taints.iter().flatten())
+                    .map(|t| (t.key.as_str(), t.effect.as_str())),
+            );
+            let mut s = self.state.lock().expect("observer lock");
+            if i >= s.taints.len() {
+                continue;
             }
-        });
-        obs
+            s.events += 1;
+            s.taints[i] = Some(taints);
+            s.conditions[i] = Flippable::of(node.status.as_ref());
+            s.judge(i, now);
+            s.note_cue(i, now);
+        }
     }
 
     pub(crate) async fn wait_synced(&self) {

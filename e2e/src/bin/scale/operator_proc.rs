@@ -324,6 +324,21 @@ impl OperatorProc {
         Ok(())
     }
 
+    /// The log's length now: where what the operator logs next begins.
+    pub(crate) fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.launch.log).map_or(0, |m| m.len())
+    }
+
+    /// What the operator logged from `offset` on.
+    pub(crate) fn log_since(&self, offset: u64) -> Result<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&self.launch.log)?;
+        f.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     pub(crate) fn log_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(&self.launch.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

@@ -9,6 +9,7 @@ use kube::{Api, Client};
 use crate::{
     Result,
     apiserver_metrics::ApiServerCounters,
+    load::Flips,
     model::{GROUPS, node_name},
     operator_proc::OpMetrics,
 };
@@ -104,13 +105,8 @@ pub(crate) struct PhaseResult {
     pub(crate) cpu_to_right: BTreeMap<String, f64>,
     /// Per node, in node order: (change sent, ms after the phase began; latency, ms).
     pub(crate) per_node: Vec<(f64, f64)>,
-    /// Condition flip phases: a node's latency in two parts, in milliseconds,
-    /// sorted: from its flip sent until the admin watch showed the flip (the API
-    /// server's answer and watch delivery, which both runners share), and from
-    /// then until the watch showed its taints right (the runner's reaction: its
-    /// own watch, queue and write).
-    pub(crate) sent_to_seen_ms: Vec<f64>,
-    pub(crate) seen_to_right_ms: Vec<f64>,
+    /// Condition flip phases: a node's latency in parts.
+    pub(crate) flip: Option<FlipSplit>,
     /// Mean JSON bytes of a sampled node once every node was right.
     pub(crate) node_bytes: Option<f64>,
     /// What the phase cost the API server by its own counters: watches it closed
@@ -190,15 +186,44 @@ pub(crate) fn spans(from: &[Option<Instant>], to: &[Option<Instant>]) -> Vec<f64
     v
 }
 
-/// A condition flip phase's latency split where the admin watch first showed
-/// each node's flip: (sent → seen, seen → right), as in [`PhaseResult`].
-pub(crate) fn split_at_seen(
-    changes: &[Option<Instant>],
-    seen: &[Option<Instant>],
-    right: &[Instant],
-) -> (Vec<f64>, Vec<f64>) {
-    let right: Vec<Option<Instant>> = right.iter().copied().map(Some).collect();
-    (spans(changes, seen), spans(seen, &right))
+/// A condition flip phase's per-node latency in parts, in milliseconds, each sorted
+/// (nodes missing either end of a part are left out of it).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FlipSplit {
+    /// From the flip sent until the admin watch showed it (the API server's answer
+    /// and its watch delivery, which both runners wait for alike).
+    pub(crate) sent_to_seen_ms: Vec<f64>,
+    /// From then until the same watch showed the node's taints right (the runner's
+    /// reaction: its own watch, queue and write, and the write's way back).
+    pub(crate) seen_to_right_ms: Vec<f64>,
+    /// From the flip sent until the API server answered it.
+    pub(crate) flip_answer_ms: Vec<f64>,
+    /// From the flip's answer until the admin watch showed it: the watch's delivery.
+    pub(crate) answer_to_seen_ms: Vec<f64>,
+    /// From the flip sent until the runner's write that put the node right was
+    /// answered: the latency with no watch of the benchmark's in it.
+    pub(crate) to_written_ms: Vec<f64>,
+    /// Nodes with no write of the runner's recorded in the phase.
+    pub(crate) unwritten: usize,
+}
+
+impl FlipSplit {
+    pub(crate) fn new(
+        flips: &Flips,
+        seen: &[Option<Instant>],
+        right: &[Instant],
+        written: &[Option<Instant>],
+    ) -> Self {
+        let right: Vec<Option<Instant>> = right.iter().copied().map(Some).collect();
+        FlipSplit {
+            sent_to_seen_ms: spans(&flips.sent, seen),
+            seen_to_right_ms: spans(seen, &right),
+            flip_answer_ms: spans(&flips.sent, &flips.answered),
+            answer_to_seen_ms: spans(&flips.answered, seen),
+            to_written_ms: spans(&flips.sent, written),
+            unwritten: written.iter().filter(|w| w.is_none()).count(),
+        }
+    }
 }
 
 pub(crate) fn latencies(changes: &[Option<Instant>], right: &[Instant]) -> Vec<f64> {
@@ -232,16 +257,25 @@ mod tests {
     }
 
     #[test]
-    fn a_latency_splits_where_the_watch_showed_the_flip() {
+    fn a_latency_splits_where_the_watch_showed_the_flip_and_where_it_was_answered() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let changes = [Some(at(0)), Some(at(10)), Some(at(20)), None];
+        let flips = Flips {
+            sent: vec![Some(at(0)), Some(at(10)), Some(at(20)), None],
+            answered: vec![Some(at(5)), Some(at(30)), Some(at(21)), None],
+        };
         // node 2's flip was never seen (its watch relisted past it); node 3 had no change
         let seen = [Some(at(100)), Some(at(50)), None, Some(at(30))];
         let right = [at(400), at(250), at(300), at(90)];
-        let (sent_to_seen, seen_to_right) = split_at_seen(&changes, &seen, &right);
-        assert_eq!(sent_to_seen, vec![40.0, 100.0]);
-        assert_eq!(seen_to_right, vec![60.0, 200.0, 300.0]);
+        // node 1's write was not recorded
+        let written = [Some(at(350)), None, Some(at(120)), Some(at(80))];
+        let s = FlipSplit::new(&flips, &seen, &right, &written);
+        assert_eq!(s.sent_to_seen_ms, vec![40.0, 100.0]);
+        assert_eq!(s.seen_to_right_ms, vec![60.0, 200.0, 300.0]);
+        assert_eq!(s.flip_answer_ms, vec![1.0, 5.0, 20.0]);
+        assert_eq!(s.answer_to_seen_ms, vec![20.0, 95.0]);
+        assert_eq!(s.to_written_ms, vec![100.0, 350.0]);
+        assert_eq!(s.unwritten, 1);
     }
 
     #[test]
