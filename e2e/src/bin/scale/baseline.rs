@@ -31,6 +31,7 @@ use crate::{
     },
     observer::Cue,
     operator_proc::OpMetrics,
+    own_runtime::OwnRuntime,
     phase::{
         FlipSplit, PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
     },
@@ -87,72 +88,6 @@ async fn baseline_loop(
         .buffer_unordered(concurrency)
         .for_each(|_| futures::future::ready(()))
         .await;
-}
-
-/// The baseline running as a controller of its own would: on threads and a
-/// runtime of its own (two workers, one per core, as in a process of its own), its
-/// client made there, so nothing else in the benchmark's process delays its watch.
-/// Session 21's observer, which shared the benchmark's runtime, was shown flips
-/// 12-32 s late at 15,000 nodes; on a thread of its own, 1-2 s.
-struct BaselineRunner {
-    synced: Arc<AtomicBool>,
-    stop: Option<futures::channel::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl BaselineRunner {
-    fn start(
-        config: kube::Config,
-        concurrency: usize,
-        fault_taints: Arc<Vec<Vec<Taint>>>,
-        counters: Arc<BaselineCounters>,
-        params: PatchParams,
-    ) -> Result<Self> {
-        let synced = Arc::new(AtomicBool::new(false));
-        let s = synced.clone();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("baseline")
-            .enable_all()
-            .build()?;
-        let client = {
-            let _inside = runtime.enter();
-            Client::try_from(config)?
-        };
-        let (stop, stopped) = futures::channel::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("baseline".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let run = baseline_loop(client, concurrency, fault_taints, counters, params, s);
-                    tokio::select! {
-                        () = run => {}
-                        _ = stopped => {}
-                    }
-                });
-                // In-flight patches are dropped with the runtime, as when a
-                // controller's process ends.
-                runtime.shutdown_background();
-            })?;
-        Ok(BaselineRunner {
-            synced,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-    }
 }
 
 /// The node's new taint list: `mine` all on when `want`, all off otherwise, the other
@@ -434,14 +369,20 @@ pub(crate) async fn taint_untaint_rounds(
         written: WriteTimes::new(n),
         ..BaselineCounters::default()
     });
-    let runner = BaselineRunner::start(
-        config_from(b.baseline_kubeconfig).await?,
-        c,
-        Arc::new(fault_taints_by_group(defs)),
-        counters.clone(),
-        writing_as.params(),
-    )?;
-    while !runner.synced() {
+    let synced = Arc::new(AtomicBool::new(false));
+    // As a controller in a process of its own: two worker threads, one per core.
+    let runner = {
+        let (counters, synced) = (counters.clone(), synced.clone());
+        let fault_taints = Arc::new(fault_taints_by_group(defs));
+        let params = writing_as.params();
+        OwnRuntime::start(
+            "baseline",
+            2,
+            config_from(b.baseline_kubeconfig).await?,
+            move |client| baseline_loop(client, c, fault_taints, counters, params, synced),
+        )?
+    };
+    while !synced.load(Ordering::Acquire) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // let the initial list's reconciles (all no-ops) drain

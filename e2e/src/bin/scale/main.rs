@@ -57,6 +57,7 @@ mod load;
 mod model;
 mod observer;
 mod operator_proc;
+mod own_runtime;
 mod phase;
 mod procfs;
 mod report;

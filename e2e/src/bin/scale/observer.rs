@@ -24,6 +24,7 @@ use crate::{
     model::{
         BASELINE_CONDITION, BENCH_PREFIX, FAULT_CONDITION, SCALE_LABEL, node_index, node_name,
     },
+    own_runtime::OwnRuntime,
 };
 
 /// A node as the observer decodes it: name, taints and conditions only (the rest
@@ -191,36 +192,21 @@ pub(crate) struct Observer {
 }
 
 impl Observer {
-    /// Starts the watch on a thread and runtime of its own, so nothing else in this
-    /// process (the drivers, the baseline) can delay its reading of the stream.
+    /// Starts the watch on a thread and runtime of its own ([`OwnRuntime`]), so
+    /// nothing else in this process can delay its reading of the stream.
     pub(crate) fn start(config: Config, n: usize) -> Result<Arc<Self>> {
         let obs = Arc::new(Observer {
             state: Mutex::new(ObsState::new(n)),
             synced: AtomicBool::new(false),
         });
         let o = obs.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let (client_tx, client_rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("observer".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    match Client::try_from(config) {
-                        Ok(client) => {
-                            let _ = client_tx.send(Ok(()));
-                            o.watch(client).await;
-                        }
-                        Err(e) => {
-                            let _ = client_tx.send(Err(e));
-                        }
-                    }
-                })
-            })?;
-        client_rx
-            .recv()
-            .map_err(|_| "the observer's thread ended before its client was made")??;
+        // Left running until the process ends.
+        drop(OwnRuntime::start(
+            "observer",
+            1,
+            config,
+            move |client| async move { o.watch(client).await },
+        )?);
         Ok(obs)
     }
 
