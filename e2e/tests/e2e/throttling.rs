@@ -29,6 +29,8 @@ use crate::{
 const NODES: usize = 20;
 const THROTTLED_FOR: Duration = Duration::from_secs(20);
 const WEBHOOK: &str = "e2e-throttle-node-writes";
+/// The user the operator runs as on the bare control plane (e2e/control-plane.sh).
+const OPERATOR_USER: &str = "taint-operator";
 
 /// Deletes the webhook configuration when dropped, whatever happened (with
 /// `failurePolicy: Fail` and its server gone it would refuse the scenario's nodes).
@@ -93,7 +95,7 @@ pub async fn node_writes_throttled(h: &Harness) -> Result {
     let port = free_port()?;
     let mut server = Command::new("python3")
         .arg(h.repo_root.join("e2e/throttle-webhook.py"))
-        .args(["--port", &port.to_string(), "--user", "taint-operator"])
+        .args(["--port", &port.to_string(), "--user", OPERATOR_USER])
         .arg("--cert")
         .arg(dir.join("tls.crt"))
         .arg("--key")
@@ -138,6 +140,38 @@ pub async fn node_writes_throttled(h: &Harness) -> Result {
     std::fs::write(&file, serde_json::to_vec(&config)?)?;
     h.kubectl(&["apply", "-f", file.to_str().unwrap_or_default()])
         .await?;
+    // The API server takes a stored webhook configuration into use a moment later.
+    // Until a write as the operator's user is refused, a node could be tainted
+    // past the webhook (session 22 saw throttle-00 tainted 9 ms after the flip).
+    eventually_within(
+        "the throttle webhook to refuse the operator's node writes",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        async || {
+            let probe = h
+                .kubectl_input(
+                    &[
+                        "--as",
+                        OPERATOR_USER,
+                        "annotate",
+                        "node",
+                        &nodes[0],
+                        "e2e.nodetaint.io/throttle-probe=1",
+                        "--overwrite",
+                        "--dry-run=server",
+                    ],
+                    "",
+                )
+                .await?;
+            ensure!(
+                !probe.ok && probe.stderr.contains("e2e throttling"),
+                "a dry-run node write as {OPERATOR_USER} was not refused by the webhook: {}",
+                probe.stderr.trim()
+            );
+            Ok(())
+        },
+    )
+    .await?;
 
     // Every node breaks while the operator's node writes are refused.
     let start = refused(&h.metrics().await?);
