@@ -23,7 +23,7 @@ use crate::{
     Result,
     apiserver_metrics::apiserver_counters,
     bench::Bench,
-    client_from, config_from,
+    config_from,
     load::flip_condition,
     model::{
         BASELINE_CONDITION, SCALE_LABEL, World, expected_all, fault_taints_by_group, group_of,
@@ -255,20 +255,15 @@ async fn cold_start(
     observer.begin(expected_all(defs, n, *world));
     let counters = Arc::new(BaselineCounters::default());
     let standing = Arc::new(standing_taints(defs));
+    let config = config_from(b.baseline_kubeconfig).await?;
     let t0 = Instant::now();
-    let api: Api<Node> = Api::all(client_from(b.baseline_kubeconfig).await?);
-    let (pages, nodes) = futures::channel::mpsc::channel::<Node>(COLD_PAGE as usize);
-    let lister = tokio::spawn(list_into(api.clone(), pages));
-    nodes
-        .map(|node| {
-            let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
-            let params = baseline_patch_params();
-            async move { put_taints(&api, &node, &standing, true, &counters, &params).await }
-        })
-        .buffer_unordered(args.concurrency)
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    lister.await??;
+    // As a controller in a process of its own, like its rounds (two worker
+    // threads, one per core): the client and its connections are new.
+    OwnRuntime::run_to_end("baseline-cold", 2, config, {
+        let (counters, concurrency) = (counters.clone(), args.concurrency);
+        move |client| list_and_patch(client, standing, counters, concurrency)
+    })
+    .await??;
     let right = observer
         .wait_all_right(Duration::from_secs(args.phase_timeout_secs))
         .await?;
@@ -307,6 +302,29 @@ async fn cold_start(
         ..PhaseResult::default()
     });
     Ok(())
+}
+
+/// The cold start's work: lists the nodes and, as each page arrives, patches the
+/// standing taints onto its nodes, `concurrency` patches in flight.
+async fn list_and_patch(
+    client: Client,
+    standing: Arc<Vec<Taint>>,
+    counters: Arc<BaselineCounters>,
+    concurrency: usize,
+) -> Result {
+    let api: Api<Node> = Api::all(client);
+    let (pages, nodes) = futures::channel::mpsc::channel::<Node>(COLD_PAGE as usize);
+    let lister = tokio::spawn(list_into(api.clone(), pages));
+    nodes
+        .map(|node| {
+            let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
+            let params = baseline_patch_params();
+            async move { put_taints(&api, &node, &standing, true, &counters, &params).await }
+        })
+        .buffer_unordered(concurrency)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    lister.await?
 }
 
 /// Lists the scale nodes page by page into `out`.

@@ -58,6 +58,30 @@ impl OwnRuntime {
         Ok(OwnRuntime { stop, thread })
     }
 
+    /// Runs `run` to its end as [`OwnRuntime::start`] would and hands back what
+    /// it returned: for a part the benchmark waits out, such as a cold start.
+    pub(crate) async fn run_to_end<F, Fut, T>(
+        name: &str,
+        workers: usize,
+        config: Config,
+        run: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = T>,
+        T: Send + 'static,
+    {
+        let (done, result) = oneshot::channel::<T>();
+        let part = OwnRuntime::start(name, workers, config, move |client| async move {
+            let _ = done.send(run(client).await);
+        })?;
+        let out = result
+            .await
+            .map_err(|_| format!("{name} ended without an answer"))?;
+        part.stop().await;
+        Ok(out)
+    }
+
     /// Stops the part and waits for its thread to end.
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(());
