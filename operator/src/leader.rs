@@ -182,23 +182,40 @@ impl LeaderElector {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
-            let Some(left) = self.timing.renew_deadline.checked_sub(renewed.elapsed()) else {
-                tracing::error!(lease = %self.name, "lease not renewed within the renew deadline");
-                return;
-            };
-            let sent = Instant::now();
-            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
-                Ok(Ok(Look::Held)) => renewed = sent,
-                Ok(Ok(Look::Taken)) => {
-                    tracing::error!(lease = %self.name, "lease taken by another replica");
+            // A renewal whose request failed on its way (a pooled connection the
+            // API server had just closed) is tried again at once, once: waiting a
+            // whole retry period would spend a fifth of the renew deadline on a
+            // failure that says nothing about the API server.
+            for attempt in 0..2 {
+                let Some(left) = self.timing.renew_deadline.checked_sub(renewed.elapsed()) else {
+                    tracing::error!(lease = %self.name, "lease not renewed within the renew deadline");
                     return;
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(lease = %self.name, error = %e, "lease renewal failed")
-                }
-                Err(_) => {
-                    tracing::error!(lease = %self.name, "lease renewal hung until the renew deadline");
-                    return;
+                };
+                let sent = Instant::now();
+                match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                    Ok(Ok(Look::Held)) => {
+                        renewed = sent;
+                        break;
+                    }
+                    Ok(Ok(Look::Taken)) => {
+                        tracing::error!(lease = %self.name, "lease taken by another replica");
+                        return;
+                    }
+                    Ok(Err(e)) if attempt == 0 && e.is_transport() => {
+                        tracing::info!(
+                            lease = %self.name,
+                            error = %crate::run::describe(&e),
+                            "lease renewal not sent; trying again at once"
+                        );
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(lease = %self.name, error = %crate::run::describe(&e), "lease renewal failed");
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::error!(lease = %self.name, "lease renewal hung until the renew deadline");
+                        return;
+                    }
                 }
             }
         }

@@ -245,3 +245,89 @@ async fn a_leader_whose_renewal_hangs_gives_up_at_the_renew_deadline() {
     let (api, _hung) = server.await.unwrap();
     drop(api);
 }
+
+/// A renewal whose request fails on its way (a pooled connection the API server
+/// had just closed) is tried again at once, not a retry period later: the leader
+/// keeps its margin to the renew deadline.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_fails_in_transport_is_tried_again_at_once() {
+    let metrics = Metrics::default();
+    let (elector, mut api) = elector(&metrics);
+    let server = tokio::spawn(async move {
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply_status(&not_found());
+        let create = api.expect(Method::POST, LEASES, None).await;
+        let body = create.body.clone();
+        create.reply(201, &body);
+        // The renewal at 2 s fails in transport, and is sent again at once.
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .fail_in_transport();
+        let failed = tokio::time::Instant::now();
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply(200, &lease("me"));
+        let again = failed.elapsed();
+        let update = api.expect(Method::PUT, LEASE, None).await;
+        assert_eq!(update.body["spec"]["holderIdentity"], "me");
+        let body = update.body.clone();
+        update.reply(200, &body);
+        // The next renewal, 2 s later, finds the lease taken: hold() returns.
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply(200, &lease("other"));
+        (api, again)
+    });
+    tokio::time::timeout(Duration::from_secs(60), async {
+        elector.acquire().await;
+        elector.hold().await;
+    })
+    .await
+    .expect("the exchange did not finish in time");
+    drop(elector);
+    let (api, again) = server.await.unwrap();
+    assert_eq!(
+        again,
+        Duration::ZERO,
+        "the renewal was sent again after {again:?}"
+    );
+    api.no_more_requests().await;
+}
+
+/// A second failure in a row is not retried at once: the next try is a retry
+/// period later, as for any failed renewal.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_is_tried_again_at_once_only_once() {
+    let metrics = Metrics::default();
+    let (elector, mut api) = elector(&metrics);
+    let server = tokio::spawn(async move {
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply_status(&not_found());
+        let create = api.expect(Method::POST, LEASES, None).await;
+        let body = create.body.clone();
+        create.reply(201, &body);
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .fail_in_transport();
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .fail_in_transport();
+        let failed = tokio::time::Instant::now();
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply(200, &lease("other"));
+        (api, failed.elapsed())
+    });
+    tokio::time::timeout(Duration::from_secs(60), async {
+        elector.acquire().await;
+        elector.hold().await;
+    })
+    .await
+    .expect("the exchange did not finish in time");
+    drop(elector);
+    let (api, waited) = server.await.unwrap();
+    assert_eq!(waited, Timing::default().retry_period);
+    api.no_more_requests().await;
+}

@@ -24,6 +24,18 @@ impl Error {
         }
     }
 
+    /// The request failed below HTTP (connect, send, read): no answer from the
+    /// API server came back, so the call says nothing about the object.
+    pub fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            Error::Kube {
+                source: kube::Error::HyperError(_) | kube::Error::Service(_),
+                ..
+            }
+        )
+    }
+
     /// A short category for metrics labels and event reasons.
     pub fn category(&self) -> &'static str {
         match self {

@@ -74,6 +74,14 @@ impl Call {
         self.send.send_response(response);
     }
 
+    /// Fails the request below HTTP, as a connection closed under it does: no
+    /// answer comes back.
+    #[allow(dead_code)] // each test binary compiles the support module whole
+    pub fn fail_in_transport(self) {
+        self.send
+            .send_error("connection closed before message completed");
+    }
+
     /// Answers with a `metav1.Status` failure, as the API server does.
     pub fn reply_status(self, status: &Value) {
         let code = status["code"].as_u64().expect("a Status has a code") as u16;
