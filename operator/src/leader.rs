@@ -204,12 +204,12 @@ impl LeaderElector {
                     Ok(Err(e)) if attempt == 0 && e.is_transport() => {
                         tracing::info!(
                             lease = %self.name,
-                            error = %crate::run::describe(&e),
+                            error = %crate::telemetry::logs::describe(&e),
                             "lease renewal not sent; trying again at once"
                         );
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(lease = %self.name, error = %crate::run::describe(&e), "lease renewal failed");
+                        tracing::warn!(lease = %self.name, error = %crate::telemetry::logs::describe(&e), "lease renewal failed");
                         break;
                     }
                     Err(_) => {

@@ -18,8 +18,11 @@ use taint_operator_crd::TaintPolicy;
 use crate::{
     cache::{node_cache::WatchedNode, pod_watch::wanted_watches, slim::SlimPod},
     drain::evictor,
-    run::{self, describe, one_line},
-    telemetry::metrics::Metrics,
+    run,
+    telemetry::{
+        logs::{describe, one_line},
+        metrics::Metrics,
+    },
 };
 use engine::{
     cluster::{NodeView, PodIndex},

@@ -33,7 +33,11 @@ use crate::{
         metrics_auth::{CacheTtl, MetricsAuth},
         tls::{self, TlsError},
     },
-    telemetry::{api_metrics::ApiMetricsLayer, metrics::Metrics},
+    telemetry::{
+        api_metrics::ApiMetricsLayer,
+        logs::{describe, one_line},
+        metrics::Metrics,
+    },
 };
 
 /// How long a stopping replica waits for its queued node events to go out; well
@@ -175,37 +179,6 @@ pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
         .await
         .map_err(|e| classify("list nodes", e))?;
     Ok(())
-}
-
-/// An error and its causes on one line ("client error (Connect)" alone does not say
-/// that the connection was refused).
-pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let m = s.to_string();
-        if !message.contains(&m) {
-            message.push_str(": ");
-            message.push_str(&m);
-        }
-        source = s.source();
-    }
-    one_line(&message)
-}
-
-/// The first line of a message (YAML errors append a multi-line snippet of the
-/// input), with the parentheses it leaves open closed.
-pub(crate) fn one_line(message: &str) -> String {
-    let mut lines = message.lines().filter(|l| !l.trim().is_empty());
-    let first = lines.next().unwrap_or("").trim_end();
-    if lines.next().is_none() {
-        return first.to_string();
-    }
-    let open = first
-        .matches('(')
-        .count()
-        .saturating_sub(first.matches(')').count());
-    format!("{first}{}", ")".repeat(open))
 }
 
 pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
@@ -475,21 +448,4 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("shutdown requested");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::one_line;
-
-    #[test]
-    fn one_line_keeps_the_first_line_and_closes_what_it_opened() {
-        assert_eq!(one_line("plain"), "plain");
-        assert_eq!(
-            one_line(
-                "kubeconfig: (failed to parse: line 1 column 1: expected mapping\n --> <input>:1:1\n  |\n1 | garbage\n"
-            ),
-            "kubeconfig: (failed to parse: line 1 column 1: expected mapping)"
-        );
-        assert_eq!(one_line("\nsecond\nthird"), "second");
-    }
 }
