@@ -182,10 +182,10 @@ impl LeaderElector {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
-            // A renewal whose request failed on its way (a pooled connection the
-            // API server had just closed) is tried again at once, once: waiting a
-            // whole retry period would spend a fifth of the renew deadline on a
-            // failure that says nothing about the API server.
+            // A renewal that failed in transport (no answer came back, as when a
+            // pooled connection was closed under it) is tried again at once, once:
+            // waiting a whole retry period would spend a fifth of the renew
+            // deadline on a failure that says nothing about the lease.
             for attempt in 0..2 {
                 let Some(left) = self.timing.renew_deadline.checked_sub(renewed.elapsed()) else {
                     tracing::error!(lease = %self.name, "lease not renewed within the renew deadline");
@@ -205,7 +205,7 @@ impl LeaderElector {
                         tracing::info!(
                             lease = %self.name,
                             error = %crate::telemetry::logs::describe(&e),
-                            "lease renewal not sent; trying again at once"
+                            "lease renewal failed in transport; trying again at once"
                         );
                     }
                     Ok(Err(e)) => {

@@ -246,6 +246,26 @@ async fn a_leader_whose_renewal_hangs_gives_up_at_the_renew_deadline() {
     drop(api);
 }
 
+/// The API server's side of a first acquisition: no Lease yet, so it is created.
+async fn acquired(api: &mut ApiServerVerifier) {
+    api.expect(Method::GET, LEASE, None)
+        .await
+        .reply_status(&not_found());
+    let create = api.expect(Method::POST, LEASES, None).await;
+    let body = create.body.clone();
+    create.reply(201, &body);
+}
+
+/// Acquires the lease and holds it until it is lost.
+async fn acquire_and_hold(elector: LeaderElector) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        elector.acquire().await;
+        elector.hold().await;
+    })
+    .await
+    .expect("the exchange did not finish in time");
+}
+
 /// A renewal whose request fails on its way (a pooled connection the API server
 /// had just closed) is tried again at once, not a retry period later: the leader
 /// keeps its margin to the renew deadline.
@@ -254,12 +274,7 @@ async fn a_renewal_that_fails_in_transport_is_tried_again_at_once() {
     let metrics = Metrics::default();
     let (elector, mut api) = elector(&metrics);
     let server = tokio::spawn(async move {
-        api.expect(Method::GET, LEASE, None)
-            .await
-            .reply_status(&not_found());
-        let create = api.expect(Method::POST, LEASES, None).await;
-        let body = create.body.clone();
-        create.reply(201, &body);
+        acquired(&mut api).await;
         // The renewal at 2 s fails in transport, and is sent again at once.
         api.expect(Method::GET, LEASE, None)
             .await
@@ -279,13 +294,7 @@ async fn a_renewal_that_fails_in_transport_is_tried_again_at_once() {
             .reply(200, &lease("other"));
         (api, again)
     });
-    tokio::time::timeout(Duration::from_secs(60), async {
-        elector.acquire().await;
-        elector.hold().await;
-    })
-    .await
-    .expect("the exchange did not finish in time");
-    drop(elector);
+    acquire_and_hold(elector).await;
     let (api, again) = server.await.unwrap();
     assert_eq!(
         again,
@@ -302,12 +311,7 @@ async fn a_renewal_is_tried_again_at_once_only_once() {
     let metrics = Metrics::default();
     let (elector, mut api) = elector(&metrics);
     let server = tokio::spawn(async move {
-        api.expect(Method::GET, LEASE, None)
-            .await
-            .reply_status(&not_found());
-        let create = api.expect(Method::POST, LEASES, None).await;
-        let body = create.body.clone();
-        create.reply(201, &body);
+        acquired(&mut api).await;
         api.expect(Method::GET, LEASE, None)
             .await
             .fail_in_transport();
@@ -320,13 +324,7 @@ async fn a_renewal_is_tried_again_at_once_only_once() {
             .reply(200, &lease("other"));
         (api, failed.elapsed())
     });
-    tokio::time::timeout(Duration::from_secs(60), async {
-        elector.acquire().await;
-        elector.hold().await;
-    })
-    .await
-    .expect("the exchange did not finish in time");
-    drop(elector);
+    acquire_and_hold(elector).await;
     let (api, waited) = server.await.unwrap();
     assert_eq!(waited, Timing::default().retry_period);
     api.no_more_requests().await;
