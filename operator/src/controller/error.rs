@@ -48,3 +48,29 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn only_a_request_that_got_no_answer_is_a_transport_error() {
+        let sent = Error::kube(
+            "update lease",
+            kube::Error::Service("connection reset".into()),
+        );
+        assert!(sent.is_transport());
+        let answered = Error::kube(
+            "update lease",
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("busy", "ServiceUnavailable").with_code(503),
+            )),
+        );
+        assert!(!answered.is_transport());
+        let conflict = Error::ConflictRetriesExhausted {
+            node: "n".into(),
+            attempts: 6,
+        };
+        assert!(!conflict.is_transport());
+    }
+}
