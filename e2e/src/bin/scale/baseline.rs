@@ -24,6 +24,7 @@ use crate::{
     apiserver_metrics::apiserver_counters,
     bench::Bench,
     config_from,
+    handoff::{Handoff, Waits, start_writers},
     load::flip_condition,
     model::{
         BASELINE_CONDITION, SCALE_LABEL, World, expected_all, fault_taints_by_group, group_of,
@@ -47,14 +48,67 @@ struct BaselineCounters {
     patch_micros: AtomicU64,
     conflicts: AtomicU64,
     errors: AtomicU64,
+    /// How long nodes waited between being read and a writer taking them.
+    waits: Arc<Waits>,
     /// When each node's last successful patch was answered (the rounds only).
     written: WriteTimes,
+}
+
+impl BaselineCounters {
+    fn tally(&self) -> Tally {
+        let (taken, wait_secs) = self.waits.so_far();
+        Tally {
+            patches: self.patches.load(Ordering::Relaxed),
+            patch_micros: self.patch_micros.load(Ordering::Relaxed),
+            conflicts: self.conflicts.load(Ordering::Relaxed),
+            taken,
+            wait_secs,
+        }
+    }
+}
+
+/// The counters at one moment; the difference of two is a phase's.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    patches: u64,
+    patch_micros: u64,
+    conflicts: u64,
+    taken: u64,
+    wait_secs: f64,
+}
+
+impl Tally {
+    fn since(self, before: Tally) -> Tally {
+        Tally {
+            patches: self.patches - before.patches,
+            patch_micros: self.patch_micros - before.patch_micros,
+            conflicts: self.conflicts - before.conflicts,
+            taken: self.taken - before.taken,
+            wait_secs: self.wait_secs - before.wait_secs,
+        }
+    }
+
+    /// In the form the report takes the operator's /metrics in.
+    fn requests(self) -> OpMetrics {
+        let mut requests = OpMetrics::default();
+        requests.requests.insert(
+            ("patch".into(), "nodes".into(), "sent".into()),
+            self.patches as f64,
+        );
+        requests.patches_answered = self.patches as f64;
+        requests.patch_secs = self.patch_micros as f64 / 1e6;
+        requests.queue_waits = self.taken as f64;
+        requests.queue_wait_secs = self.wait_secs;
+        requests
+    }
 }
 
 /// The baseline: one watch on nodes and, for every node event, the one JSON patch
 /// that puts the fault policies' taints for the node's group on or off according to
 /// the node's `BaselineFault` condition: the same taints the operator writes in its
 /// taint phase. No cache beyond the event itself; conflicts are left to the next event.
+/// The watch hands each event to `concurrency` writers and reads on: it never waits
+/// for a write (see `handoff`).
 async fn baseline_loop(
     client: Client,
     concurrency: usize,
@@ -64,30 +118,30 @@ async fn baseline_loop(
     synced: Arc<AtomicBool>,
 ) {
     let api: Api<Node> = Api::all(client);
-    let cfg = watcher::Config::default().labels(&format!("{SCALE_LABEL}=true"));
-    watcher::watcher(api.clone(), cfg)
-        .default_backoff()
-        .filter_map(|ev| {
-            let out = match ev {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => Some(n),
-                Ok(watcher::Event::InitDone) => {
-                    synced.store(true, Ordering::Release);
-                    None
-                }
-                _ => None,
-            };
-            futures::future::ready(out)
-        })
-        .map(|node| {
-            let api = api.clone();
-            let counters = counters.clone();
-            let fault_taints = fault_taints.clone();
-            let params = params.clone();
+    let (events, all_written) = start_writers(concurrency, counters.waits.clone(), {
+        let (api, counters) = (api.clone(), counters.clone());
+        move |node: Node| {
+            let (api, counters) = (api.clone(), counters.clone());
+            let (fault_taints, params) = (fault_taints.clone(), params.clone());
             async move { baseline_reconcile(&api, node, &fault_taints, &counters, &params).await }
+        }
+    });
+    let cfg = watcher::Config::default().labels(&format!("{SCALE_LABEL}=true"));
+    watcher::watcher(api, cfg)
+        .default_backoff()
+        .for_each(|ev| {
+            match ev {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    events.put(n);
+                }
+                Ok(watcher::Event::InitDone) => synced.store(true, Ordering::Release),
+                _ => {}
+            }
+            futures::future::ready(())
         })
-        .buffer_unordered(concurrency)
-        .for_each(|_| futures::future::ready(()))
         .await;
+    drop(events);
+    all_written.await;
 }
 
 /// The node's new taint list: `mine` all on when `want`, all off otherwise, the other
@@ -273,14 +327,7 @@ async fn cold_start(
     if errors > 0 {
         bail!("the baseline cold start had {errors} failed patches");
     }
-    let patches = counters.patches.load(Ordering::Relaxed);
-    let mut requests = OpMetrics::default();
-    requests.requests.insert(
-        ("patch".into(), "nodes".into(), "sent".into()),
-        patches as f64,
-    );
-    requests.patches_answered = patches as f64;
-    requests.patch_secs = counters.patch_micros.load(Ordering::Relaxed) as f64 / 1e6;
+    let tally = counters.tally();
     report.phases.push(PhaseResult {
         name: "cold start".into(),
         kind: "cold start".into(),
@@ -291,9 +338,9 @@ async fn cold_start(
         change_secs: 0.0,
         latencies_ms: latencies(&vec![Some(t0); n], &right),
         per_node: per_node(t0, &vec![Some(t0); n], &right),
-        node_writes: patches as f64,
-        conflicts: counters.conflicts.load(Ordering::Relaxed) as f64,
-        requests,
+        node_writes: tally.patches as f64,
+        conflicts: tally.conflicts as f64,
+        requests: tally.requests(),
         field_managers,
         observer_events: observer.events() - events_before,
         other_cpu: probes.since(&cpu_before),
@@ -304,8 +351,8 @@ async fn cold_start(
     Ok(())
 }
 
-/// The cold start's work: lists the nodes and, as each page arrives, patches the
-/// standing taints onto its nodes, `concurrency` patches in flight.
+/// The cold start's work: lists the nodes and, as each page arrives, hands its
+/// nodes to `concurrency` writers that patch the standing taints on.
 async fn list_and_patch(
     client: Client,
     standing: Arc<Vec<Taint>>,
@@ -313,30 +360,31 @@ async fn list_and_patch(
     concurrency: usize,
 ) -> Result {
     let api: Api<Node> = Api::all(client);
-    let (pages, nodes) = futures::channel::mpsc::channel::<Node>(COLD_PAGE as usize);
-    let lister = tokio::spawn(list_into(api.clone(), pages));
-    nodes
-        .map(|node| {
+    let (nodes, all_written) = start_writers(concurrency, counters.waits.clone(), {
+        let api = api.clone();
+        move |node: Node| {
             let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
-            let params = baseline_patch_params();
-            async move { put_taints(&api, &node, &standing, true, &counters, &params).await }
-        })
-        .buffer_unordered(concurrency)
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    lister.await?
+            async move {
+                let params = baseline_patch_params();
+                put_taints(&api, &node, &standing, true, &counters, &params).await
+            }
+        }
+    });
+    let listed = list_into(&api, &nodes).await;
+    drop(nodes);
+    all_written.await;
+    listed
 }
 
 /// Lists the scale nodes page by page into `out`.
-async fn list_into(api: Api<Node>, mut out: futures::channel::mpsc::Sender<Node>) -> Result {
-    use futures::SinkExt;
+async fn list_into(api: &Api<Node>, out: &Handoff<Node>) -> Result {
     let mut params = ListParams::default()
         .labels(&format!("{SCALE_LABEL}=true"))
         .limit(COLD_PAGE);
     loop {
         let page = api.list(&params).await?;
         for node in page.items {
-            out.send(node).await?;
+            out.put(node);
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -410,9 +458,7 @@ pub(crate) async fn taint_untaint_rounds(
         let name = &round_name(kind, round);
         world.baseline_fault = on;
         eprintln!("scale: baseline {name} phase");
-        let before = counters.patches.load(Ordering::Relaxed);
-        let micros_before = counters.patch_micros.load(Ordering::Relaxed);
-        let conflicts_before = counters.conflicts.load(Ordering::Relaxed);
+        let before = counters.tally();
         let events_before = observer.events();
         let cpu_before = probes.snapshot();
         let apiserver_before = apiserver_counters(client).await?;
@@ -450,16 +496,7 @@ pub(crate) async fn taint_untaint_rounds(
         let changes = flips.sent;
         let end = right.iter().max().copied().unwrap_or(t0);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let patches = counters.patches.load(Ordering::Relaxed) - before;
-        let conflicts = counters.conflicts.load(Ordering::Relaxed) - conflicts_before;
-        let mut requests = OpMetrics::default();
-        requests.requests.insert(
-            ("patch".into(), "nodes".into(), "sent".into()),
-            patches as f64,
-        );
-        requests.patches_answered = patches as f64;
-        requests.patch_secs =
-            (counters.patch_micros.load(Ordering::Relaxed) - micros_before) as f64 / 1e6;
+        let tally = counters.tally().since(before);
         let node_bytes = Some(sample_node_bytes(client, n).await?);
         report.phases.push(PhaseResult {
             name: name.into(),
@@ -472,9 +509,9 @@ pub(crate) async fn taint_untaint_rounds(
             latencies_ms: latencies(&changes, &right),
             per_node: per_node(t0, &changes, &right),
             flip: Some(flip),
-            node_writes: patches as f64,
-            conflicts: conflicts as f64,
-            requests,
+            node_writes: tally.patches as f64,
+            conflicts: tally.conflicts as f64,
+            requests: tally.requests(),
             observer_events: observer.events() - events_before,
             other_cpu: probes.since(&cpu_before),
             cpu_to_right,

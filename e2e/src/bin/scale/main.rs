@@ -53,6 +53,7 @@ mod apiserver_metrics;
 mod baseline;
 mod bench;
 mod driver;
+mod handoff;
 mod load;
 mod model;
 mod observer;

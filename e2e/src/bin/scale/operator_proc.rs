@@ -34,7 +34,7 @@ pub(crate) struct OpMetrics {
     pub(crate) patch_secs: f64,
     /// Node reconciles that waited for a worker and the seconds they waited, summed.
     pub(crate) queue_waits: f64,
-    queue_wait_secs: f64,
+    pub(crate) queue_wait_secs: f64,
     /// Watch echoes of its own writes the operator recognised and did not queue.
     pub(crate) echoes_skipped: f64,
     /// Periodic resync passes started (each queues every node, spread out).

@@ -465,11 +465,13 @@ impl Report {
         }
         let _ = writeln!(
             w,
-            "\n### Node patches: mean answer time, the operator's mean wait for a worker, node size\n"
+            "\n### Node patches: mean answer time, mean wait for a worker, node size\n"
         );
         let _ = writeln!(
             w,
-            "The baseline has no queue: its backlog waits in the watch stream, unmeasured. \
+            "The baseline hands what its watch (or its cold start's list) reads to its \
+             writers through a queue: its wait for a worker is from a node read to a \
+             writer taking it, its own echoes included. \
              Node size: mean JSON bytes of one node per group once every node was right; \
              every request and watch event on a node costs the API server in proportion. \
              Reconciles: node queue entries taken by a worker; echoes skipped: watch events \
