@@ -113,6 +113,18 @@ enum Look {
     Held,
     /// Another replica holds it and has renewed it within a lease duration.
     Taken,
+    /// The Lease changed between this replica's read and its write (409).
+    Raced,
+}
+
+/// What one renewal attempt of the leader came to.
+enum Attempt {
+    Renewed,
+    /// Leadership is over: the lease is taken, or the renew deadline passed.
+    Lost,
+    /// Says nothing about the lease: worth trying again at once.
+    Inconclusive(String),
+    Failed(String),
 }
 
 impl LeaderElector {
@@ -162,7 +174,7 @@ impl LeaderElector {
                     tracing::info!(lease = %self.name, "another replica leads; waiting");
                     logged = true;
                 }
-                Ok(Ok(Look::Taken)) => {}
+                Ok(Ok(Look::Taken | Look::Raced)) => {}
                 Ok(Err(e)) => tracing::warn!(lease = %self.name, error = %e, "lease check failed"),
                 Err(_) => tracing::warn!(lease = %self.name, "lease check timed out"),
             }
@@ -182,41 +194,57 @@ impl LeaderElector {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
-            // A renewal that failed in transport (no answer came back, as when a
-            // pooled connection was closed under it) is tried again at once, once:
-            // waiting a whole retry period would spend a fifth of the renew
-            // deadline on a failure that says nothing about the lease.
+            // An attempt that says nothing about the lease is tried again at once,
+            // once: waiting a whole retry period would spend a fifth of the renew
+            // deadline on it.
             for attempt in 0..2 {
-                let Some(left) = self.timing.renew_deadline.checked_sub(renewed.elapsed()) else {
-                    tracing::error!(lease = %self.name, "lease not renewed within the renew deadline");
-                    return;
-                };
                 let sent = Instant::now();
-                match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
-                    Ok(Ok(Look::Held)) => {
+                match self.renew_once(renewed).await {
+                    Attempt::Renewed => {
                         renewed = sent;
                         break;
                     }
-                    Ok(Ok(Look::Taken)) => {
-                        tracing::error!(lease = %self.name, "lease taken by another replica");
-                        return;
+                    Attempt::Lost => return,
+                    Attempt::Inconclusive(why) if attempt == 0 => {
+                        tracing::info!(lease = %self.name, error = %why, "lease renewal inconclusive; trying again at once");
                     }
-                    Ok(Err(e)) if attempt == 0 && e.is_transport() => {
-                        tracing::info!(
-                            lease = %self.name,
-                            error = %crate::telemetry::logs::describe(&e),
-                            "lease renewal failed in transport; trying again at once"
-                        );
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(lease = %self.name, error = %crate::telemetry::logs::describe(&e), "lease renewal failed");
+                    Attempt::Inconclusive(why) | Attempt::Failed(why) => {
+                        tracing::warn!(lease = %self.name, error = %why, "lease renewal failed");
                         break;
                     }
-                    Err(_) => {
-                        tracing::error!(lease = %self.name, "lease renewal hung until the renew deadline");
-                        return;
-                    }
                 }
+            }
+        }
+    }
+
+    /// One look at the lease and, while it is ours, one renewal, within what is left
+    /// of the renew deadline counted from `renewed`.
+    async fn renew_once(&self, renewed: Instant) -> Attempt {
+        let Some(left) = self.timing.renew_deadline.checked_sub(renewed.elapsed()) else {
+            tracing::error!(lease = %self.name, "lease not renewed within the renew deadline");
+            return Attempt::Lost;
+        };
+        match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+            Ok(Ok(Look::Held)) => Attempt::Renewed,
+            Ok(Ok(Look::Taken)) => {
+                tracing::error!(lease = %self.name, "lease taken by another replica");
+                Attempt::Lost
+            }
+            // Another replica took it, or an earlier renewal of ours that seemed
+            // lost (its answer timed out) reached the API server after our read:
+            // the next read tells which.
+            Ok(Ok(Look::Raced)) => Attempt::Inconclusive(
+                "the lease changed between its read and the renewal (409)".into(),
+            ),
+            // A request that got no answer (a pooled connection closed under it, a
+            // timeout) may or may not have renewed the lease.
+            Ok(Err(e)) if e.is_transport() => {
+                Attempt::Inconclusive(crate::telemetry::logs::describe(&e))
+            }
+            Ok(Err(e)) => Attempt::Failed(crate::telemetry::logs::describe(&e)),
+            Err(_) => {
+                tracing::error!(lease = %self.name, "lease renewal hung until the renew deadline");
+                Attempt::Lost
             }
         }
     }
@@ -288,7 +316,7 @@ impl LeaderElector {
             self.health.answered();
             return match created {
                 Ok(_) => Ok(Look::Held),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Look::Taken),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Look::Raced),
                 Err(e) => Err(Error::kube(call("create"), e)),
             };
         };
@@ -316,7 +344,7 @@ impl LeaderElector {
         self.health.answered();
         match replaced {
             Ok(_) => Ok(Look::Held),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Look::Taken),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Look::Raced),
             Err(e) => Err(Error::kube(call("update"), e)),
         }
     }
