@@ -340,6 +340,36 @@ spec:
 EOF
     log "API priority: user $OPERATOR_USER served at priority level $level (FlowSchema taint-operator)"
   fi
+  # The Lease at a level of its own, matched first, as the chart does
+  # (apiPriority.leaderElectionPriorityLevel).
+  local lease_level
+  lease_level=$(awk '/^apiPriority:/ { f = 1; next } f && /^[^ #]/ { f = 0 } f && $1 == "leaderElectionPriorityLevel:" { gsub(/"/, "", $2); print $2; exit }' "$CHART_VALUES_FILE")
+  if [[ -n $lease_level ]]; then
+    kubectl --kubeconfig="$kc" apply --server-side --force-conflicts \
+      --field-manager=taint-operator-e2e -f - >/dev/null <<EOF
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: taint-operator-leader-election
+spec:
+  priorityLevelConfiguration:
+    name: $lease_level
+  matchingPrecedence: 999
+  distinguisherMethod:
+    type: ByUser
+  rules:
+  - subjects:
+    - kind: User
+      user:
+        name: $OPERATOR_USER
+    resourceRules:
+    - verbs: ["get", "create", "update"]
+      apiGroups: ["coordination.k8s.io"]
+      resources: ["leases"]
+      namespaces: ["$OPERATOR_NAMESPACE"]
+EOF
+    log "API priority: user $OPERATOR_USER's Leases in $OPERATOR_NAMESPACE at priority level $lease_level (FlowSchema taint-operator-leader-election)"
+  fi
   log "RBAC applied: ClusterRole taint-operator (from ${RBAC_RULES_FILE#"$REPO_ROOT"/}), Role $OPERATOR_NAMESPACE/taint-operator-leader-election, both bound to user $OPERATOR_USER"
 }
 

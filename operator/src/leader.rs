@@ -58,6 +58,11 @@ impl Default for Timing {
     }
 }
 
+/// The pause between renewal attempts that said nothing about the lease (an
+/// answer lost in transport, our own late write met as a 409), after the first
+/// such attempt was tried again at once.
+pub const INCONCLUSIVE_PAUSE: Duration = Duration::from_millis(250);
+
 /// When a Lease call last completed (an answer, whatever it said), for liveness.
 #[derive(Debug)]
 pub struct LeaseHealth {
@@ -195,9 +200,13 @@ impl LeaderElector {
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
             // An attempt that says nothing about the lease is tried again at once,
-            // once: waiting a whole retry period would spend a fifth of the renew
-            // deadline on it.
-            for attempt in 0..2 {
+            // then every INCONCLUSIVE_PAUSE until the renew deadline: waiting a
+            // whole retry period after each would leave too little of the deadline
+            // (session 25's 15,000-node run: a renewal timed out, the one tried at
+            // once met that renewal's late write, and the try a retry period later
+            // had 1.2 s left on an API server answering in seconds).
+            let mut tries = 0u32;
+            loop {
                 let sent = Instant::now();
                 match self.renew_once(renewed).await {
                     Attempt::Renewed => {
@@ -205,10 +214,14 @@ impl LeaderElector {
                         break;
                     }
                     Attempt::Lost => return,
-                    Attempt::Inconclusive(why) if attempt == 0 => {
-                        tracing::info!(lease = %self.name, error = %why, "lease renewal inconclusive; trying again at once");
+                    Attempt::Inconclusive(why) => {
+                        tracing::info!(lease = %self.name, error = %why, "lease renewal inconclusive; looking again");
+                        if tries > 0 {
+                            tokio::time::sleep(INCONCLUSIVE_PAUSE).await;
+                        }
+                        tries += 1;
                     }
-                    Attempt::Inconclusive(why) | Attempt::Failed(why) => {
+                    Attempt::Failed(why) => {
                         tracing::warn!(lease = %self.name, error = %why, "lease renewal failed");
                         break;
                     }

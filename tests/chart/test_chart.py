@@ -460,7 +460,31 @@ def test_api_priority(default, chart):
     assert other["priorityLevelConfiguration"] == {"name": "platform"}
     assert other["matchingPrecedence"] == 500
     assert other["rules"][0]["subjects"][0]["serviceAccount"]["name"] == "ops"
-    assert "FlowSchema" not in render(chart, {"apiPriority": {"priorityLevel": ""}}).kinds()
+    assert len(render(chart, {"apiPriority": {"priorityLevel": ""}}).all("FlowSchema")) == 1
+
+
+def test_the_lease_has_a_priority_level_of_its_own(default, chart):
+    main = default.one("FlowSchema", FULLNAME)["spec"]
+    lease = default.one("FlowSchema", f"{FULLNAME}-leader-election")["spec"]
+    assert lease["priorityLevelConfiguration"] == {"name": "leader-election"}
+    # matched before the schema for the rest of the operator's requests
+    assert lease["matchingPrecedence"] == main["matchingPrecedence"] - 1
+    (rule,) = lease["rules"]
+    assert rule["subjects"] == main["rules"][0]["subjects"]
+    assert rule["resourceRules"] == [
+        {
+            "verbs": ["get", "create", "update"],
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "namespaces": [NAMESPACE],
+        }
+    ]
+    moved = render(chart, {"apiPriority": {"matchingPrecedence": 500}})
+    assert moved.one("FlowSchema", f"{FULLNAME}-leader-election")["spec"]["matchingPrecedence"] == 499
+    assert len(render(chart, {"apiPriority": {"leaderElectionPriorityLevel": ""}}).all("FlowSchema")) == 1
+    assert "FlowSchema" not in render(
+        chart, {"apiPriority": {"priorityLevel": "", "leaderElectionPriorityLevel": ""}}
+    ).kinds()
 
 
 def test_event_qps(chart):
@@ -1134,6 +1158,8 @@ def test_schema_accepts_valid_values(chart, values):
         ({"policyWebhook": {"failurePolicy": "Never"}}, "/policyWebhook/failurePolicy"),
         ({"apiPriority": {"priorityLevel": "Workload High"}}, "/apiPriority/priorityLevel"),
         ({"apiPriority": {"matchingPrecedence": 0}}, "/apiPriority/matchingPrecedence"),
+        ({"apiPriority": {"matchingPrecedence": 1}}, "/apiPriority/matchingPrecedence"),
+        ({"apiPriority": {"leaderElectionPriorityLevel": "Leader Election"}}, "/apiPriority/leaderElectionPriorityLevel"),
         ({"apiPriority": {"level": "workload-high"}}, "level"),
         ({"policyWebhook": {"timeoutSeconds": 0}}, "/policyWebhook/timeoutSeconds"),
         ({"policyWebhook": {"enabled": "no"}}, "/policyWebhook/enabled"),
@@ -1191,6 +1217,8 @@ def test_schema_accepts_valid_values(chart, values):
         "policy-webhook-failurePolicy",
         "api-priority-level-space",
         "api-priority-precedence-zero",
+        "api-priority-precedence-one",
+        "api-priority-lease-level-space",
         "api-priority-unknown-key",
         "policy-webhook-timeout",
         "policy-webhook-enabled-string",

@@ -16,7 +16,7 @@ use kube::{Client, api::ObjectMeta};
 use serde_json::{Value, json};
 use support::ApiServerVerifier;
 use taint_operator::{
-    leader::{LeaderElector, Timing},
+    leader::{INCONCLUSIVE_PAUSE, LeaderElector, Timing},
     telemetry::metrics::Metrics,
 };
 
@@ -312,10 +312,10 @@ async fn a_renewal_that_fails_in_transport_is_tried_again_at_once() {
     api.no_more_requests().await;
 }
 
-/// A second failure in a row is not retried at once: the next try is a retry
-/// period later, as for any failed renewal.
+/// After the try at once, attempts that say nothing about the lease follow each
+/// other a quarter second apart, not a retry period: the renew deadline is 10 s.
 #[tokio::test(start_paused = true)]
-async fn a_renewal_is_tried_again_at_once_only_once() {
+async fn after_the_try_at_once_inconclusive_renewals_are_a_quarter_second_apart() {
     let metrics = Metrics::default();
     let (elector, mut api) = elector(&metrics);
     let server = tokio::spawn(async move {
@@ -334,8 +334,45 @@ async fn a_renewal_is_tried_again_at_once_only_once() {
     });
     acquire_and_hold(elector).await;
     let (api, waited) = server.await.unwrap();
-    assert_eq!(waited, Timing::default().retry_period);
+    assert_eq!(waited, INCONCLUSIVE_PAUSE);
     api.no_more_requests().await;
+}
+
+/// Renewals that keep failing in transport are tried until the renew deadline and
+/// no longer: then the leader stops, before a standby could take the lease.
+#[tokio::test(start_paused = true)]
+async fn renewals_failing_in_transport_end_leadership_at_the_renew_deadline() {
+    let metrics = Metrics::default();
+    let (elector, mut api) = elector(&metrics);
+    let server = tokio::spawn(async move {
+        acquired(&mut api).await;
+        let mut failed = 0u32;
+        while let Some(call) = api.try_next_call().await {
+            assert_eq!(call.method, Method::GET, "{}", call.describe());
+            call.fail_in_transport();
+            failed += 1;
+        }
+        failed
+    });
+    let timing = Timing::default();
+    elector.acquire().await;
+    let acquired_at = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), elector.hold())
+        .await
+        .expect("hold() returned");
+    let held = acquired_at.elapsed();
+    assert_eq!(leader(&metrics), 0);
+    drop(elector);
+    let failed = server.await.unwrap();
+    // The lease was last renewed on acquiring it; the first renewal goes out a
+    // retry period later, then one at once and one every quarter second.
+    assert!(held <= timing.renew_deadline, "held for {held:?}");
+    let tries =
+        (timing.renew_deadline - timing.retry_period).as_millis() / INCONCLUSIVE_PAUSE.as_millis();
+    assert!(
+        (tries as u32..=tries as u32 + 2).contains(&failed),
+        "{failed} attempts, expected about {tries}"
+    );
 }
 
 /// A renewal's update that got no answer may still reach the API server, after
@@ -364,7 +401,7 @@ async fn a_renewal_that_meets_its_own_late_write_keeps_the_lease() {
             .await
             .reply_status(&conflict());
         let raced = tokio::time::Instant::now();
-        // A retry period later the read shows the lease ours: renewed as usual.
+        // A quarter second later the read shows the lease ours: renewed as usual.
         api.expect(Method::GET, LEASE, None)
             .await
             .reply(200, &lease_at("me", Timestamp::now(), "8"));
@@ -382,7 +419,7 @@ async fn a_renewal_that_meets_its_own_late_write_keeps_the_lease() {
     });
     acquire_and_hold(elector).await;
     let (api, waited) = server.await.unwrap();
-    assert_eq!(waited, Timing::default().retry_period);
+    assert_eq!(waited, INCONCLUSIVE_PAUSE);
     api.no_more_requests().await;
 }
 
