@@ -413,29 +413,37 @@ def dispatched_at(flow_schema: str) -> dict[str, float]:
 
 
 def test_1g_the_operator_is_served_at_the_chart_priority_level(release):
-    """The chart's FlowSchema (apiPriority) matches the operator's ServiceAccount: the
-    API server says it is not dangling, and the operator's own requests (its watches,
-    its lease renewals) are dispatched through it at workload-high rather than falling
-    into global-default, whose seats it would share with every other client."""
+    """The chart's FlowSchemas (apiPriority) match the operator's ServiceAccount: the
+    API server says neither is dangling; the operator's requests are dispatched at
+    workload-high rather than falling into global-default, whose seats it would share
+    with every other client, and its Lease renewals at leader-election, where they
+    never wait behind its own node patches."""
     values = yaml.safe_load(open(os.path.join(k8s.CHART, "values.yaml")))
     level = values["apiPriority"]["priorityLevel"]
-    assert level == "workload-high", values["apiPriority"]
+    lease_level = values["apiPriority"]["leaderElectionPriorityLevel"]
+    assert (level, lease_level) == ("workload-high", "leader-election"), values["apiPriority"]
+    lease_schema = f"{k8s.FULLNAME}-leader-election"
 
-    fs = wait_until("the FlowSchema with a status", lambda: (k8s.get("flowschema", k8s.FULLNAME) or {}).get("status"), 30)
-    dangling = [c for c in fs.get("conditions", []) if c["type"] == "Dangling"]
-    assert dangling and dangling[0]["status"] == "False", fs
+    for name in (k8s.FULLNAME, lease_schema):
+        fs = wait_until(f"the FlowSchema {name} with a status", lambda: (k8s.get("flowschema", name) or {}).get("status"), 30)
+        dangling = [c for c in fs.get("conditions", []) if c["type"] == "Dangling"]
+        assert dangling and dangling[0]["status"] == "False", fs
 
-    # Lease renewals alone (every 2 s) make the count grow while the test waits.
-    before = dispatched_at(k8s.FULLNAME).get(level, 0.0)
+    # The operator's lists and watches went through the first schema when it started.
+    assert dispatched_at(k8s.FULLNAME).get(level, 0.0) > 0, dispatched_at(k8s.FULLNAME)
+    # Lease renewals (every 2 s) make the second schema's count grow while the test waits.
+    before = dispatched_at(lease_schema).get(lease_level, 0.0)
     after = wait_until(
-        f"requests dispatched through {k8s.FULLNAME} at {level}",
-        lambda: (lambda n: n if n > before else None)(dispatched_at(k8s.FULLNAME).get(level, 0.0)),
+        f"requests dispatched through {lease_schema} at {lease_level}",
+        lambda: (lambda n: n if n > before else None)(dispatched_at(lease_schema).get(lease_level, 0.0)),
         30,
         interval=1,
     )
-    others = {lv: n for lv, n in dispatched_at(k8s.FULLNAME).items() if lv != level}
-    assert not others, f"requests through {k8s.FULLNAME} at other levels: {others}"
-    MEASUREMENTS[f"operator requests dispatched at {level}"] = f"{after:.0f}"
+    for name, wanted in ((k8s.FULLNAME, level), (lease_schema, lease_level)):
+        others = {lv: n for lv, n in dispatched_at(name).items() if lv != wanted}
+        assert not others, f"requests through {name} at other levels: {others}"
+    MEASUREMENTS[f"operator requests dispatched at {level}"] = f"{dispatched_at(k8s.FULLNAME).get(level, 0.0):.0f}"
+    MEASUREMENTS[f"lease requests dispatched at {lease_level}"] = f"{after:.0f}"
 
 
 UNHEALTHY_NODE = "e2e-unhealthy-node"
