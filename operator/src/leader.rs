@@ -127,7 +127,7 @@ enum Attempt {
     Renewed,
     /// Leadership is over: the lease is taken, or the renew deadline passed.
     Lost,
-    /// Says nothing about the lease: worth trying again at once.
+    /// Says nothing about the lease: worth looking again soon.
     Inconclusive(String),
     Failed(String),
 }
