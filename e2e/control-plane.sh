@@ -249,6 +249,11 @@ stop_processes() { # DIR [NAME...]
 }
 
 # ---------------------------------------------------------------- RBAC
+# The chart's default for apiPriority.KEY (values.yaml), quotes dropped.
+api_priority_value() { # KEY
+  awk -v key="$1:" '/^apiPriority:/ { f = 1; next } f && /^[^ #]/ { f = 0 } f && $1 == key { gsub(/"/, "", $2); print $2; exit }' "$CHART_VALUES_FILE"
+}
+
 apply_rbac() { # DIR
   local dir=$1 kc=$1/admin.kubeconfig
   [[ -f $kc ]] || die "$kc not found; is DIR a control plane started by '$0 start'?"
@@ -312,7 +317,7 @@ EOF
   # level serves the operator's user. Otherwise a plain user lands in
   # global-default, whose 49 seats are fewer than the operator's workers.
   local level
-  level=$(awk '/^apiPriority:/ { f = 1; next } f && /^[^ #]/ { f = 0 } f && $1 == "priorityLevel:" { gsub(/"/, "", $2); print $2; exit }' "$CHART_VALUES_FILE")
+  level=$(api_priority_value priorityLevel)
   if [[ -n $level ]]; then
     kubectl --kubeconfig="$kc" apply --server-side --force-conflicts \
       --field-manager=taint-operator-e2e -f - >/dev/null <<EOF
@@ -343,7 +348,7 @@ EOF
   # The Lease at a level of its own, matched first, as the chart does
   # (apiPriority.leaderElectionPriorityLevel).
   local lease_level
-  lease_level=$(awk '/^apiPriority:/ { f = 1; next } f && /^[^ #]/ { f = 0 } f && $1 == "leaderElectionPriorityLevel:" { gsub(/"/, "", $2); print $2; exit }' "$CHART_VALUES_FILE")
+  lease_level=$(api_priority_value leaderElectionPriorityLevel)
   if [[ -n $lease_level ]]; then
     kubectl --kubeconfig="$kc" apply --server-side --force-conflicts \
       --field-manager=taint-operator-e2e -f - >/dev/null <<EOF
