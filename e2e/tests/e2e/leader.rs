@@ -200,14 +200,21 @@ async fn checks(h: &Harness, a: &mut Operator, b: &mut Operator) -> Result {
         expect_node(k, n, &[TAINT], &owned(&[(TAINT, policy)])).await?;
     }
     expect_status(k, policy, "True", "Reconciled", (3, 3, 0)).await?;
-    let (lm, fm) = (leader.metrics().await?, follower.metrics().await?);
-    ensure!(
-        lm.node_patches_ok() >= 3 && lm.node_writes() >= 3 && lm.status_writes() >= 1,
-        "the leader should have written: {} node patches accepted, {} node writes, {} status writes",
-        lm.node_patches_ok(),
-        lm.node_writes(),
-        lm.status_writes()
-    );
+    // The status can be read before the leader's status writer has taken its answer
+    // and counted the write: look again briefly.
+    let lm = eventually("the leader's writes in its metrics", async || {
+        let lm = leader.metrics().await?;
+        ensure!(
+            lm.node_patches_ok() >= 3 && lm.node_writes() >= 3 && lm.status_writes() >= 1,
+            "the leader should have written: {} node patches accepted, {} node writes, {} status writes",
+            lm.node_patches_ok(),
+            lm.node_writes(),
+            lm.status_writes()
+        );
+        Ok(lm)
+    })
+    .await?;
+    let fm = follower.metrics().await?;
     ensure_eq!(
         (fm.node_writes(), fm.status_writes(), fm.api_writes()),
         (0, 0, Vec::<String>::new()),
