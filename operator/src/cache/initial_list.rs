@@ -98,16 +98,38 @@ where
     K: Send + 'static,
     P: Fn() -> BoxStream<'static, Result<Event<K>, watcher::Error>> + Send + 'static,
 {
+    fall_back_on_refusal(streamed, move |e| {
+        tracing::info!(
+            error = %e,
+            "the API server does not stream initial lists; listing in pages"
+        );
+        lists.refuse();
+        paged()
+    })
+}
+
+/// Passes `streamed` on until its first initial list is done. An error before that
+/// which refuses what `streamed` asked for (as opposed to one any watch can get,
+/// see [`refuses_streaming`]) is not passed on: `instead` takes over, and its
+/// `Init` restarts the list the consumer was collecting.
+pub fn fall_back_on_refusal<K, P>(
+    streamed: BoxStream<'static, Result<Event<K>, watcher::Error>>,
+    instead: P,
+) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+where
+    K: Send + 'static,
+    P: FnOnce(&watcher::Error) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+        + Send
+        + 'static,
+{
     struct Watch<K, P> {
         inner: BoxStream<'static, Result<Event<K>, watcher::Error>>,
-        /// Until the first streamed list is done: how to page instead.
+        /// Until the first list is done: what takes over on a refusal.
         undecided: Option<P>,
-        lists: Arc<InitialLists>,
     }
     let watch = Watch {
         inner: streamed,
-        undecided: Some(paged),
-        lists,
+        undecided: Some(instead),
     };
     futures::stream::unfold(watch, |mut w| async move {
         loop {
@@ -116,13 +138,8 @@ where
                 match &event {
                     Ok(Event::InitDone) => w.undecided = None,
                     Err(e) if refuses_streaming(e) => {
-                        tracing::info!(
-                            error = %e,
-                            "the API server does not stream initial lists; listing in pages"
-                        );
-                        w.lists.refuse();
-                        let paged = w.undecided.take().expect("checked above");
-                        w.inner = paged();
+                        let instead = w.undecided.take().expect("checked above");
+                        w.inner = instead(e);
                         continue;
                     }
                     _ => {}

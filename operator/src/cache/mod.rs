@@ -6,6 +6,8 @@ pub mod initial_list;
 pub mod node_cache;
 pub mod node_store;
 pub mod pod_cache;
+pub mod pod_proto;
 pub mod pod_watch;
+pub mod proto_watch;
 pub mod slim;
 pub mod watch;

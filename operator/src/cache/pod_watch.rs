@@ -25,7 +25,8 @@ use crate::{
     cache::pod_cache::PodCache,
     cache::slim::SlimPod,
     cache::{
-        initial_list::{InitialLists, watch_with_initial_list},
+        initial_list::{InitialLists, fall_back_on_refusal, watch_with_initial_list},
+        proto_watch,
         watch::{RestartCounter, WatchBackoff, pod_list_pages, relist_at_once, slim_event},
     },
     telemetry::metrics::Metrics,
@@ -114,11 +115,7 @@ impl PodWatches {
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let synced = Arc::new(AtomicBool::new(false));
-            let events = watch_with_initial_list(
-                Api::<SlimPod>::namespaced(self.client.clone(), &key.0),
-                pod_list_pages().labels(&key.1),
-                self.lists.clone(),
-            );
+            let events = pod_events(self.client.clone(), &key, self.lists.clone());
             let task = tokio::spawn(watch_pods(
                 events,
                 key.1.clone(),
@@ -169,6 +166,30 @@ impl Drop for PodWatches {
             r.abort.abort();
         }
     }
+}
+
+/// One selector's pods as watcher events: in protobuf while the API server streams
+/// initial lists and answers in protobuf, else in JSON (streamed, or paged where
+/// the server cannot stream).
+pub fn pod_events(
+    client: Client,
+    (namespace, selector): &WatchKey,
+    lists: Arc<InitialLists>,
+) -> BoxStream<'static, Result<Event<SlimPod>, watcher::Error>> {
+    let api = Api::<SlimPod>::namespaced(client.clone(), namespace);
+    let paged = pod_list_pages().labels(selector);
+    if !lists.streaming() {
+        return watch_with_initial_list(api, paged, lists);
+    }
+    let (ns, sel) = (namespace.clone(), selector.clone());
+    fall_back_on_refusal(
+        proto_watch::watch_pods(client, namespace, selector),
+        move |e| {
+            tracing::info!(namespace = %ns, selector = %sel, error = %e,
+            "the API server refused a protobuf pod watch; watching in JSON");
+            watch_with_initial_list(api, paged, lists)
+        },
+    )
 }
 
 /// Follows one selector's pods (`events`, from `watch_with_initial_list`) into the

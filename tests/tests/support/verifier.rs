@@ -30,6 +30,7 @@ pub struct Call {
     pub path: String,
     pub query: Option<String>,
     pub content_type: Option<String>,
+    pub accept: Option<String>,
     pub body: Value,
     send: SendResponse<Response<Body>>,
 }
@@ -69,6 +70,17 @@ impl Call {
         let response = Response::builder()
             .status(StatusCode::OK)
             .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .expect("a valid response");
+        self.send.send_response(response);
+    }
+
+    /// Answers with `body` as it is, of `content_type`: a protobuf watch stream.
+    #[allow(dead_code)] // each test binary compiles the support module whole
+    pub fn reply_raw(self, status: u16, content_type: &str, body: Vec<u8>) {
+        let response = Response::builder()
+            .status(StatusCode::from_u16(status).expect("a valid status code"))
+            .header(http::header::CONTENT_TYPE, content_type)
             .body(Body::from(body))
             .expect("a valid response");
         self.send.send_response(response);
@@ -225,6 +237,10 @@ impl ApiServerVerifier {
                 .headers
                 .get(http::header::CONTENT_TYPE)
                 .map(|v| v.to_str().expect("an ASCII content type").to_string()),
+            accept: parts
+                .headers
+                .get(http::header::ACCEPT)
+                .map(|v| v.to_str().expect("an ASCII accept header").to_string()),
             body,
             send,
         })
