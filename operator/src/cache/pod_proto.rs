@@ -267,6 +267,23 @@ fn slim_pod(pod: PodPb) -> SlimPod {
     })
 }
 
+/// A watch event as the API server encodes it, around `object` (a Pod's or a
+/// Status's own encoding), without the length prefix.
+#[cfg(test)]
+pub(crate) fn encode_event(type_: &str, object: Vec<u8>) -> Vec<u8> {
+    let unknown = UnknownPb {
+        type_meta: None,
+        raw: object,
+    };
+    WatchEventPb {
+        r#type: type_.into(),
+        object: Some(RawExtensionPb {
+            raw: [ENVELOPE_MAGIC, &unknown.encode_to_vec()].concat(),
+        }),
+    }
+    .encode_to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,20 +381,7 @@ mod tests {
     }
 
     fn frame_of(type_: &str, pod: &FullPodPb) -> Vec<u8> {
-        let unknown = UnknownPb {
-            type_meta: Some(TypeMetaPb {
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-            }),
-            raw: pod.encode_to_vec(),
-        };
-        WatchEventPb {
-            r#type: type_.into(),
-            object: Some(RawExtensionPb {
-                raw: [ENVELOPE_MAGIC, &unknown.encode_to_vec()].concat(),
-            }),
-        }
-        .encode_to_vec()
+        encode_event(type_, pod.encode_to_vec())
     }
 
     fn at(seconds: i64) -> Option<TimePb> {
@@ -532,17 +536,7 @@ mod tests {
             reason: Some("Expired".into()),
             code: Some(410),
         };
-        let unknown = UnknownPb {
-            type_meta: None,
-            raw: status.encode_to_vec(),
-        };
-        let frame = WatchEventPb {
-            r#type: "ERROR".into(),
-            object: Some(RawExtensionPb {
-                raw: [ENVELOPE_MAGIC, &unknown.encode_to_vec()].concat(),
-            }),
-        }
-        .encode_to_vec();
+        let frame = encode_event("ERROR", status.encode_to_vec());
         let PodFrame::Error(s) = decode_frame(&frame).unwrap() else {
             panic!("an ERROR frame");
         };

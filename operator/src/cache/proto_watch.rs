@@ -118,7 +118,7 @@ impl ProtoWatch {
                         None
                     }
                 }
-                // Not sent during a list; a list that ends early starts over.
+                // The API server sends no deletions in an initial list.
                 Ok(Some(PodFrame::Deleted(_))) => {
                     self.next = Next::Listing(frames);
                     None
@@ -126,6 +126,7 @@ impl ProtoWatch {
                 Ok(Some(PodFrame::Error(status))) => {
                     Some(Err(watcher::Error::WatchError(Box::new(status))))
                 }
+                // A list cut short starts over.
                 Ok(None) => None,
                 Err(e) => Some(Err(watcher::Error::WatchFailed(e))),
             },
@@ -292,7 +293,7 @@ fn read_error(message: String) -> kube::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::pod_proto::{ENVELOPE_MAGIC, RawExtensionPb, UnknownPb, WatchEventPb};
+    use crate::cache::pod_proto::{ENVELOPE_MAGIC, StatusPb, UnknownPb, encode_event};
     use prost::Message;
 
     fn bookmark_frame(rv: &str) -> Vec<u8> {
@@ -303,17 +304,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let unknown = UnknownPb {
-            type_meta: None,
-            raw: pod.encode_to_vec(),
-        };
-        let event = WatchEventPb {
-            r#type: "BOOKMARK".into(),
-            object: Some(RawExtensionPb {
-                raw: [ENVELOPE_MAGIC, &unknown.encode_to_vec()].concat(),
-            }),
-        }
-        .encode_to_vec();
+        let event = encode_event("BOOKMARK", pod.encode_to_vec());
         [&(event.len() as u32).to_be_bytes()[..], &event].concat()
     }
 
@@ -369,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_refusal_reads_protobuf_json_or_text() {
-        let status = crate::cache::pod_proto::StatusPb {
+        let status = StatusPb {
             status: Some("Failure".into()),
             message: Some("forbidden".into()),
             reason: Some("Forbidden".into()),
