@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{
     NoExecute, NoSchedule, cond, harness, match_labels, pod, policy, scenario, served_node,
-    verifier::{assert_event, conflict, node_invalid, patch_not_applied, test_failed},
+    verifier::{Call, assert_event, conflict, node_invalid, patch_not_applied, test_failed},
 };
 use taint_operator::controller::node_queue::{Next, Work};
 use taint_operator::{
@@ -336,6 +336,10 @@ async fn remove_one_of_two_owned_taints_rewrites_the_annotation() {
 /// The first patch is refused because the node changed (someone added a taint);
 /// the operator re-reads it and writes a patch built on the fresh node.
 async fn retry_after(refusal: Value) {
+    retry_after_refusal_in(refusal, Call::reply_status).await;
+}
+
+async fn retry_after_refusal_in(refusal: Value, reply: fn(Call, &Value)) {
     let cached = served_node("n1")
         .condition(NIC, "Kaput")
         .taint_opt("example.com/foreign", None, NoSchedule)
@@ -363,7 +367,7 @@ async fn retry_after(refusal: Value) {
             let call = api.expect_node_patch_request("n1", &first).await;
             // A real API server refuses it too: the `test` fails on the fresh node.
             assert!(api.apply_node_patch("n1", &first).is_err());
-            call.reply_status(&refusal);
+            reply(call, &refusal);
             api.expect_node_get("n1").await;
             api.expect_node_patch(
                 "n1",
@@ -406,7 +410,52 @@ async fn failed_test_422_naming_the_test_rereads() {
 }
 
 #[tokio::test]
+async fn refusals_answered_in_protobuf_are_read_like_json_ones() {
+    retry_after_refusal_in(conflict("n1"), Call::reply_status_protobuf).await;
+    retry_after_refusal_in(patch_not_applied(), Call::reply_status_protobuf).await;
+    validation_error_is_not_retried(Call::reply_status_protobuf).await;
+}
+
+/// The answer to the patch, in protobuf, is the node the cache plans on next:
+/// the second reconcile finds nothing to change.
+#[tokio::test]
+async fn a_patch_answered_in_protobuf_is_read_like_json() {
+    let n1 = served_node("n1")
+        .condition(NIC, "Ruined")
+        .taint_opt("example.com/foreign", None, NoSchedule)
+        .build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let patch = json!([
+                test_rv("100"),
+                {"op": "add", "path": "/spec/taints", "value": [foreign_taint(), nic_taint_added_now()]},
+                {"op": "add", "path": MANAGED_PATH, "value": NIC_OWNED},
+            ]);
+            let call = api.expect_node_patch_request("n1", &patch).await;
+            let written = api.apply_node_patch("n1", &patch).unwrap();
+            call.reply_node_protobuf(&written);
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            api
+        },
+        |h| async move {
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap();
+            reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap()
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 1);
+}
+
+#[tokio::test]
 async fn a_422_validation_error_is_not_retried() {
+    validation_error_is_not_retried(Call::reply_status).await;
+}
+
+async fn validation_error_is_not_retried(reply: fn(Call, &Value)) {
     let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
     let metrics = h.metrics();
@@ -417,7 +466,7 @@ async fn a_422_validation_error_is_not_retried() {
             let call = api
                 .expect_node_patch_request("n1", &nic_taint_on_a_bare_node("100"))
                 .await;
-            call.reply_status(&node_invalid("n1"));
+            reply(call, &node_invalid("n1"));
             api
         },
         |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await },

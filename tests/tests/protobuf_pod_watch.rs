@@ -15,9 +15,10 @@ use serde_json::json;
 use support::{ApiServerVerifier, verifier::Call, with_scripted_server};
 use taint_operator::cache::{
     initial_list::InitialLists,
+    k8s_proto::{ENVELOPE_MAGIC, ObjectMetaPb, StatusPb, TypeMetaPb, UnknownPb},
     pod_proto::{
-        ENVELOPE_MAGIC, INITIAL_EVENTS_END, ObjectMetaPb, PodConditionPb, PodPb, PodSpecPb,
-        PodStatusPb, RawExtensionPb, StatusPb, TypeMetaPb, UnknownPb, WatchEventPb,
+        INITIAL_EVENTS_END, PodConditionPb, PodPb, PodSpecPb, PodStatusPb, RawExtensionPb,
+        WatchEventPb,
     },
     pod_watch::pod_events,
     proto_watch::{PROTOBUF_WATCH, watch_pods},
@@ -97,6 +98,7 @@ fn status(code: i32, reason: &str, message: &str) -> Vec<u8> {
         status: Some("Failure".into()),
         message: Some(message.into()),
         reason: Some(reason.into()),
+        details: None,
         code: Some(code),
     }
     .encode_to_vec()

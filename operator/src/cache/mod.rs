@@ -3,7 +3,9 @@
 //! the decoding that keeps both small. Nothing here decides or writes.
 
 pub mod initial_list;
+pub mod k8s_proto;
 pub mod node_cache;
+pub mod node_proto;
 pub mod node_store;
 pub mod pod_cache;
 pub mod pod_proto;

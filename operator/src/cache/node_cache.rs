@@ -2,8 +2,8 @@
 //! evaluate, and what the node writer needs to patch it.
 //!
 //! A [`WatchedNode`] is decoded straight from the API's JSON (watch events, list
-//! pages, patch answers), skipping everything else while parsing; the cache keeps
-//! the [`CachedNode`] inside it. Its labels and condition strings are interned (see
+//! pages) or protobuf (patch answers, see `node_proto`), skipping everything else
+//! while parsing; the cache keeps the [`CachedNode`] inside it. Its labels and condition strings are interned (see
 //! `labels`), so 5,000 nodes share one copy of each key and value. A reconcile and
 //! the status writer read the view as it is: nothing is re-parsed or rebuilt per
 //! evaluation.
@@ -137,14 +137,16 @@ impl CachedNode {
     }
 }
 
+/// The metadata either decoder (this JSON one, `node_proto`'s protobuf one)
+/// reads off the wire.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct MetaWire {
-    name: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
+pub(crate) struct MetaWire {
+    pub name: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -166,13 +168,13 @@ struct NodeStatusWire {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct NodeConditionWire {
+pub(crate) struct NodeConditionWire {
     #[serde(rename = "type")]
-    type_: String,
-    status: String,
-    reason: Option<String>,
-    last_transition_time: Option<Time>,
-    last_heartbeat_time: Option<Time>,
+    pub type_: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub last_transition_time: Option<Time>,
+    pub last_heartbeat_time: Option<Time>,
 }
 
 impl WatchedNode {
@@ -197,15 +199,29 @@ impl WatchedNode {
 impl<'de> Deserialize<'de> for WatchedNode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let NodeWire {
-            metadata: m,
+            metadata,
             spec,
             status,
         } = NodeWire::deserialize(d)?;
+        Ok(WatchedNode::from_wire(
+            metadata,
+            spec.and_then(|s| s.taints).unwrap_or_default(),
+            status.and_then(|s| s.conditions).unwrap_or_default(),
+        ))
+    }
+}
+
+impl WatchedNode {
+    /// The node as the cache keeps it, from what a decoder read.
+    pub(crate) fn from_wire(
+        m: MetaWire,
+        taints: Vec<Taint>,
+        wire_conditions: Vec<NodeConditionWire>,
+    ) -> Self {
         let annotations = OurAnnotations::from_map(m.annotations);
         // Exact capacities: the decoder grows its vectors by doubling, and collecting
         // the conditions would otherwise reuse the larger wire vector in place.
-        let taints = NodeTaints::new(spec.and_then(|s| s.taints).unwrap_or_default());
-        let wire_conditions = status.and_then(|s| s.conditions).unwrap_or_default();
+        let taints = NodeTaints::new(taints);
         let mut conditions = Vec::with_capacity(wire_conditions.len());
         conditions.extend(wire_conditions.into_iter().map(|c| NodeCondition {
             type_: sym(&c.type_),
@@ -230,14 +246,14 @@ impl<'de> Deserialize<'de> for WatchedNode {
             view,
             annotations,
         };
-        Ok(WatchedNode {
+        WatchedNode {
             meta: ObjectMeta {
                 name: m.name,
                 resource_version: m.resource_version,
                 ..ObjectMeta::default()
             },
             node,
-        })
+        }
     }
 }
 

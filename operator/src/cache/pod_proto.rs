@@ -12,19 +12,17 @@
 //! envelope behind the four bytes `k8s\0`, and the envelope holds the Pod (or,
 //! for an `ERROR` event, a `metav1.Status`).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::{
     api::core::v1::{Pod, PodCondition, PodSpec, PodStatus},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use prost::Message;
 use taint_operator_crd::POD_READY_ANNOTATION;
 
-use crate::cache::slim::SlimPod;
-
-/// What every protobuf-encoded object starts with.
-pub const ENVELOPE_MAGIC: &[u8] = b"k8s\0";
+use crate::cache::{
+    k8s_proto::{FrameError, ObjectMetaPb, StatusPb, none_if_empty, status, time, unwrap_envelope},
+    slim::SlimPod,
+};
 
 /// The annotation of the bookmark that ends a streamed initial list.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -44,22 +42,6 @@ pub struct RawExtensionPb {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct UnknownPb {
-    #[prost(message, optional, tag = "1")]
-    pub type_meta: Option<TypeMetaPb>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub raw: Vec<u8>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct TypeMetaPb {
-    #[prost(string, tag = "1")]
-    pub api_version: String,
-    #[prost(string, tag = "2")]
-    pub kind: String,
-}
-
-#[derive(Clone, PartialEq, Message)]
 pub struct PodPb {
     #[prost(message, optional, tag = "1")]
     pub metadata: Option<ObjectMetaPb>,
@@ -67,36 +49,6 @@ pub struct PodPb {
     pub spec: Option<PodSpecPb>,
     #[prost(message, optional, tag = "3")]
     pub status: Option<PodStatusPb>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct ObjectMetaPb {
-    #[prost(string, optional, tag = "1")]
-    pub name: Option<String>,
-    #[prost(string, optional, tag = "3")]
-    pub namespace: Option<String>,
-    #[prost(string, optional, tag = "5")]
-    pub uid: Option<String>,
-    #[prost(string, optional, tag = "6")]
-    pub resource_version: Option<String>,
-    #[prost(int64, optional, tag = "7")]
-    pub generation: Option<i64>,
-    #[prost(message, optional, tag = "8")]
-    pub creation_timestamp: Option<TimePb>,
-    #[prost(message, optional, tag = "9")]
-    pub deletion_timestamp: Option<TimePb>,
-    #[prost(btree_map = "string, string", tag = "11")]
-    pub labels: BTreeMap<String, String>,
-    #[prost(btree_map = "string, string", tag = "12")]
-    pub annotations: BTreeMap<String, String>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct TimePb {
-    #[prost(int64, tag = "1")]
-    pub seconds: i64,
-    #[prost(int32, tag = "2")]
-    pub nanos: i32,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -119,28 +71,6 @@ pub struct PodConditionPb {
     pub r#type: String,
     #[prost(string, tag = "2")]
     pub status: String,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct StatusPb {
-    #[prost(string, optional, tag = "2")]
-    pub status: Option<String>,
-    #[prost(string, optional, tag = "3")]
-    pub message: Option<String>,
-    #[prost(string, optional, tag = "4")]
-    pub reason: Option<String>,
-    #[prost(int32, optional, tag = "6")]
-    pub code: Option<i32>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FrameError {
-    #[error("a protobuf watch frame does not decode: {0}")]
-    Decode(#[from] prost::DecodeError),
-    #[error("a protobuf object lacks the k8s envelope")]
-    NoEnvelope,
-    #[error("a watch event of unknown type {0:?}")]
-    UnknownType(String),
 }
 
 /// One decoded watch frame.
@@ -180,45 +110,6 @@ pub fn decode_frame(frame: &[u8]) -> Result<PodFrame, FrameError> {
         "ERROR" => PodFrame::Error(status(StatusPb::decode(inner.as_slice())?)),
         other => return Err(FrameError::UnknownType(other.to_string())),
     })
-}
-
-/// The `runtime.Unknown` behind the `k8s\0` prefix.
-pub fn unwrap_envelope(raw: &[u8]) -> Result<UnknownPb, FrameError> {
-    let body = raw
-        .strip_prefix(ENVELOPE_MAGIC)
-        .ok_or(FrameError::NoEnvelope)?;
-    Ok(UnknownPb::decode(body)?)
-}
-
-/// A `metav1.Status` sent as the body of a refused request, in protobuf.
-pub fn decode_status(body: &[u8]) -> Result<kube::core::Status, FrameError> {
-    let inner = unwrap_envelope(body)?.raw;
-    Ok(status(StatusPb::decode(inner.as_slice())?))
-}
-
-fn status(s: StatusPb) -> kube::core::Status {
-    let code = s.code.unwrap_or_default();
-    kube::core::Status::failure(
-        &s.message.unwrap_or_default(),
-        &s.reason.unwrap_or_default(),
-    )
-    .with_code(u16::try_from(code).unwrap_or_default())
-}
-
-/// Go's zero time, which protobuf carries where JSON says `null`.
-const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
-
-fn time(t: TimePb) -> Option<Time> {
-    if t.seconds == GO_ZERO_TIME_SECONDS && t.nanos == 0 {
-        return None;
-    }
-    k8s_openapi::jiff::Timestamp::new(t.seconds, t.nanos)
-        .ok()
-        .map(Time)
-}
-
-fn none_if_empty(s: Option<String>) -> Option<String> {
-    s.filter(|s| !s.is_empty())
 }
 
 /// The pod as the JSON decoder makes it (`slim::SlimPod`): the same fields, the
@@ -271,14 +162,10 @@ fn slim_pod(pod: PodPb) -> SlimPod {
 /// Status's own encoding), without the length prefix.
 #[cfg(test)]
 pub(crate) fn encode_event(type_: &str, object: Vec<u8>) -> Vec<u8> {
-    let unknown = UnknownPb {
-        type_meta: None,
-        raw: object,
-    };
     WatchEventPb {
         r#type: type_.into(),
         object: Some(RawExtensionPb {
-            raw: [ENVELOPE_MAGIC, &unknown.encode_to_vec()].concat(),
+            raw: crate::cache::k8s_proto::envelope(object),
         }),
     }
     .encode_to_vec()
@@ -286,7 +173,10 @@ pub(crate) fn encode_event(type_: &str, object: Vec<u8>) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::cache::k8s_proto::{GO_ZERO_TIME_SECONDS, TimePb};
     use serde_json::json;
 
     // A pod as the API server encodes it: every field of Kubernetes' messages
@@ -534,6 +424,7 @@ mod tests {
             status: Some("Failure".into()),
             message: Some("too old resource version: 5 (9)".into()),
             reason: Some("Expired".into()),
+            details: None,
             code: Some(410),
         };
         let frame = encode_event("ERROR", status.encode_to_vec());

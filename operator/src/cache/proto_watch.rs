@@ -21,7 +21,8 @@ use kube::{
 };
 
 use crate::cache::{
-    pod_proto::{FrameError, PodFrame, decode_frame, decode_status},
+    k8s_proto::{FrameError, is_protobuf, refusal},
+    pod_proto::{PodFrame, decode_frame},
     slim::SlimPod,
 };
 
@@ -197,12 +198,7 @@ async fn open(
         let body = response.into_body().collect().await?.to_bytes();
         return Err(kube::Error::Api(Box::new(refusal(code.as_u16(), &body))));
     }
-    let protobuf = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/vnd.kubernetes.protobuf"));
-    if !protobuf {
+    if !is_protobuf(response.headers().get(header::CONTENT_TYPE)) {
         // Something between us and the API server answered, or a server
         // that does not encode pods as protobuf: the JSON watch takes over.
         return Err(kube::Error::Api(Box::new(
@@ -225,22 +221,6 @@ fn is_gone(e: &kube::Error) -> bool {
 
 fn version_of(pod: &SlimPod, last: String) -> String {
     pod.0.metadata.resource_version.clone().unwrap_or(last)
-}
-
-/// The Status of a refused request: protobuf, JSON, or the text as the message.
-fn refusal(code: u16, body: &[u8]) -> Status {
-    if let Ok(status) = decode_status(body) {
-        return if status.code == 0 {
-            status.with_code(code)
-        } else {
-            status
-        };
-    }
-    if let Ok(status) = serde_json::from_slice::<Status>(body) {
-        return status;
-    }
-    let text = String::from_utf8_lossy(body);
-    Status::failure(text.trim(), "Refused").with_code(code)
 }
 
 /// The frames of a protobuf watch body: each a 4-byte big-endian length, then
@@ -293,12 +273,12 @@ fn read_error(message: String) -> kube::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::pod_proto::{ENVELOPE_MAGIC, StatusPb, UnknownPb, encode_event};
+    use crate::cache::pod_proto::encode_event;
     use prost::Message;
 
     fn bookmark_frame(rv: &str) -> Vec<u8> {
         let pod = crate::cache::pod_proto::PodPb {
-            metadata: Some(crate::cache::pod_proto::ObjectMetaPb {
+            metadata: Some(crate::cache::k8s_proto::ObjectMetaPb {
                 resource_version: Some(rv.into()),
                 ..Default::default()
             }),
@@ -356,28 +336,5 @@ mod tests {
         let mut frames = frames_of(vec![vec![0x7f, 0xff, 0xff, 0xff, 0, 0]]);
         let e = frames.next().await.unwrap_err();
         assert!(e.to_string().contains("at most"), "{e}");
-    }
-
-    #[test]
-    fn a_refusal_reads_protobuf_json_or_text() {
-        let status = StatusPb {
-            status: Some("Failure".into()),
-            message: Some("forbidden".into()),
-            reason: Some("Forbidden".into()),
-            code: Some(403),
-        };
-        let unknown = UnknownPb {
-            type_meta: None,
-            raw: status.encode_to_vec(),
-        };
-        let proto = refusal(403, &[ENVELOPE_MAGIC, &unknown.encode_to_vec()].concat());
-        assert_eq!((proto.code, proto.message.as_str()), (403, "forbidden"));
-        let json = refusal(
-            422,
-            br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"bad selector","reason":"Invalid","code":422}"#,
-        );
-        assert_eq!((json.code, json.reason.as_str()), (422, "Invalid"));
-        let text = refusal(502, b"  Bad Gateway\n");
-        assert_eq!((text.code, text.message.as_str()), (502, "Bad Gateway"));
     }
 }

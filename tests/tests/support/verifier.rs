@@ -11,6 +11,7 @@ use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Node;
 use kube::client::Body;
 use serde_json::{Value, json};
+use taint_operator::{cache::k8s_proto, controller::node_writer::PATCH_ANSWER};
 use tower_test::mock::{Handle, SendResponse};
 
 pub struct ApiServerVerifier {
@@ -98,6 +99,122 @@ impl Call {
     pub fn reply_status(self, status: &Value) {
         let code = status["code"].as_u64().expect("a Status has a code") as u16;
         self.reply(code, status);
+    }
+
+    /// Answers with a `metav1.Status` failure in protobuf, as the API server does
+    /// when the request asked for protobuf.
+    #[allow(dead_code)] // each test binary compiles the support module whole
+    pub fn reply_status_protobuf(self, status: &Value) {
+        let code = status["code"].as_u64().expect("a Status has a code") as u16;
+        self.reply_raw(code, k8s_proto::PROTOBUF, protobuf::status(status));
+    }
+
+    /// Answers with `node` in protobuf, as the API server does when the request
+    /// asked for protobuf.
+    #[allow(dead_code)] // each test binary compiles the support module whole
+    pub fn reply_node_protobuf(self, node: &Value) {
+        self.reply_raw(200, k8s_proto::PROTOBUF, protobuf::node(node));
+    }
+}
+
+/// JSON objects of the API in their protobuf encoding, with the fields the
+/// operator reads.
+mod protobuf {
+    use prost::Message;
+    use serde_json::Value;
+    use taint_operator::cache::{
+        k8s_proto::{ObjectMetaPb, StatusCausePb, StatusDetailsPb, StatusPb, TimePb, envelope},
+        node_proto::{NodeConditionPb, NodePb, NodeSpecPb, NodeStatusPb, TaintPb},
+    };
+
+    fn text(v: &Value) -> String {
+        v.as_str().unwrap_or_default().to_string()
+    }
+
+    fn time(v: &Value) -> Option<TimePb> {
+        let t: k8s_openapi::jiff::Timestamp = v.as_str()?.parse().expect("an RFC 3339 time");
+        Some(TimePb {
+            seconds: t.as_second(),
+            nanos: t.subsec_nanosecond(),
+        })
+    }
+
+    fn map(v: &Value) -> std::collections::BTreeMap<String, String> {
+        v.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), text(v)))
+            .collect()
+    }
+
+    pub fn status(s: &Value) -> Vec<u8> {
+        let d = &s["details"];
+        let details = d.is_object().then(|| StatusDetailsPb {
+            name: text(&d["name"]),
+            kind: text(&d["kind"]),
+            causes: d["causes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| StatusCausePb {
+                    reason: text(&c["reason"]),
+                    message: text(&c["message"]),
+                    field: text(&c["field"]),
+                })
+                .collect(),
+            ..StatusDetailsPb::default()
+        });
+        let status = StatusPb {
+            status: Some(text(&s["status"])),
+            message: Some(text(&s["message"])),
+            reason: Some(text(&s["reason"])),
+            details,
+            code: s["code"].as_i64().map(|c| c as i32),
+        };
+        envelope(status.encode_to_vec())
+    }
+
+    pub fn node(n: &Value) -> Vec<u8> {
+        let m = &n["metadata"];
+        let node = NodePb {
+            metadata: Some(ObjectMetaPb {
+                name: Some(text(&m["name"])),
+                uid: Some(text(&m["uid"])),
+                resource_version: Some(text(&m["resourceVersion"])),
+                labels: map(&m["labels"]),
+                annotations: map(&m["annotations"]),
+                ..ObjectMetaPb::default()
+            }),
+            spec: Some(NodeSpecPb {
+                taints: n["spec"]["taints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| TaintPb {
+                        key: text(&t["key"]),
+                        // Go writes the empty string where JSON leaves the value out.
+                        value: Some(text(&t["value"])),
+                        effect: text(&t["effect"]),
+                        time_added: time(&t["timeAdded"]),
+                    })
+                    .collect(),
+            }),
+            status: Some(NodeStatusPb {
+                conditions: n["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| NodeConditionPb {
+                        r#type: text(&c["type"]),
+                        status: text(&c["status"]),
+                        last_heartbeat_time: time(&c["lastHeartbeatTime"]),
+                        last_transition_time: time(&c["lastTransitionTime"]),
+                        reason: Some(text(&c["reason"])),
+                    })
+                    .collect(),
+            }),
+        };
+        envelope(node.encode_to_vec())
     }
 }
 
@@ -290,6 +407,7 @@ impl ApiServerVerifier {
             )
             .await;
         assert_eq!(call.content_type.as_deref(), Some(JSON_PATCH));
+        assert_eq!(call.accept.as_deref(), Some(PATCH_ANSWER));
         assert_eq!(
             &call.body, body,
             "node patch body\n got: {:#}\nwant: {:#}",
