@@ -184,6 +184,14 @@ pub fn refusal(code: u16, body: &[u8]) -> Status {
     Status::failure(text.trim(), "Refused").with_code(code)
 }
 
+/// A body the API server sent that does not read as what it claims to be.
+pub fn read_error(message: String) -> kube::Error {
+    kube::Error::ReadEvents(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        message,
+    ))
+}
+
 /// True when a response's Content-Type says protobuf.
 pub fn is_protobuf(content_type: Option<&http::HeaderValue>) -> bool {
     content_type

@@ -21,7 +21,7 @@ use kube::{
 };
 
 use crate::cache::{
-    k8s_proto::{FrameError, is_protobuf, refusal},
+    k8s_proto::{FrameError, is_protobuf, read_error, refusal},
     pod_proto::{PodFrame, decode_frame},
     slim::SlimPod,
 };
@@ -261,13 +261,6 @@ impl Frames {
             }
         }
     }
-}
-
-fn read_error(message: String) -> kube::Error {
-    kube::Error::ReadEvents(std::io::Error::new(
-        std::io::ErrorKind::InvalidData,
-        message,
-    ))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use taint_operator_crd::{
 
 use crate::{
     cache::{
-        k8s_proto::{is_protobuf, refusal},
+        k8s_proto::{is_protobuf, read_error, refusal},
         node_cache::{CachedNode, WatchedNode},
         node_proto::decode_node,
     },
@@ -193,12 +193,8 @@ async fn patch_node(
         return Err(kube::Error::Api(Box::new(refusal(code.as_u16(), &body))));
     }
     if protobuf {
-        decode_node(&body).map_err(|e| {
-            kube::Error::ReadEvents(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("the answer to the patch of node {name}: {e}"),
-            ))
-        })
+        decode_node(&body)
+            .map_err(|e| read_error(format!("the answer to the patch of node {name}: {e}")))
     } else {
         serde_json::from_slice(&body).map_err(kube::Error::SerdeError)
     }
