@@ -61,6 +61,7 @@ mod operator_proc;
 mod own_runtime;
 mod phase;
 mod procfs;
+mod relabel;
 mod report;
 mod setup;
 mod write_times;

@@ -11,6 +11,7 @@ use crate::{
     operator_proc::OpMetrics,
     phase::{FlipSplit, PhaseResult, median, percentile},
     procfs::Machine,
+    relabel::{Band, relabeling_band},
     setup::SetupStep,
 };
 
@@ -66,6 +67,25 @@ pub(crate) struct Target {
     what: String,
     measured: String,
     pub(crate) ok: bool,
+    /// For a ratio over rounds: what the same rounds give relabeled at random.
+    noise: Option<Band>,
+}
+
+impl Target {
+    fn plain(what: String, measured: String, ok: bool) -> Self {
+        Target {
+            what,
+            measured,
+            ok,
+            noise: None,
+        }
+    }
+
+    fn noise_cell(&self) -> String {
+        self.noise.map_or("–".into(), |b| {
+            format!("{:.2}–{:.2}× · {:.0} %", b.low, b.high, b.at_least * 100.0)
+        })
+    }
 }
 
 /// Medians over a runner's rounds of a phase, or the operator's over the baseline's.
@@ -150,6 +170,28 @@ impl Report {
         Some(Medians::of(p).over(self.medians("baseline", &p.kind)?))
     }
 
+    /// One value per round of a runner's phase, in order.
+    fn per_round(
+        &self,
+        runner: &str,
+        kind: &str,
+        value: impl Fn(&PhaseResult) -> Option<f64>,
+    ) -> Vec<f64> {
+        self.phases
+            .iter()
+            .filter(|p| p.runner == runner && p.kind == kind)
+            .filter_map(value)
+            .collect()
+    }
+
+    /// The relabeling band of a ratio of the operator's and the baseline's rounds.
+    fn band(&self, kind: &str, value: impl Fn(&PhaseResult) -> Option<f64>) -> Option<Band> {
+        relabeling_band(
+            &self.per_round("operator", kind, &value),
+            &self.per_round("baseline", kind, &value),
+        )
+    }
+
     fn operator_requests_total(&self) -> OpMetrics {
         let mut all = OpMetrics::default();
         for p in self
@@ -175,12 +217,22 @@ impl Report {
                 .filter(|p| p.runner == "baseline" && p.kind == kind)
                 .count()
         };
-        let mut goal = |what: String, ratio: f64, at_most: f64| {
+        let mut goal = |what: String, ratio: f64, at_most: f64, noise: Option<Band>| {
             t.push(Target {
                 what: format!("{what} ≤ {at_most:.2}× baseline"),
                 measured: format!("{ratio:.2}×"),
                 ok: ratio <= at_most,
+                noise,
             })
+        };
+        let secs = |p: &PhaseResult| Some(p.secs);
+        let p50 = |p: &PhaseResult| Some(percentile(&p.latencies_ms, 50.0));
+        let p99 = |p: &PhaseResult| Some(percentile(&p.latencies_ms, 99.0));
+        let written = |q: f64| {
+            move |p: &PhaseResult| {
+                let ms = p.flip.as_ref().map(sent_to_written)?;
+                (!ms.is_empty()).then(|| percentile(ms, q))
+            }
         };
         for name in ["taint", "untaint"] {
             if let Some(m) = self.ratio(name) {
@@ -188,9 +240,24 @@ impl Report {
                     " (medians of {r} operator and {} baseline rounds)",
                     rounds_of(name)
                 );
-                goal(format!("{name} phase time{of}"), m.secs, PHASE_TIME_GOAL);
-                goal(format!("{name} p50 latency{of}"), m.p50, LATENCY_GOAL);
-                goal(format!("{name} p99 latency{of}"), m.p99, LATENCY_GOAL);
+                goal(
+                    format!("{name} phase time{of}"),
+                    m.secs,
+                    PHASE_TIME_GOAL,
+                    self.band(name, secs),
+                );
+                goal(
+                    format!("{name} p50 latency{of}"),
+                    m.p50,
+                    LATENCY_GOAL,
+                    self.band(name, p50),
+                );
+                goal(
+                    format!("{name} p99 latency{of}"),
+                    m.p99,
+                    LATENCY_GOAL,
+                    self.band(name, p99),
+                );
             }
             if let (Some(op), Some(base)) = (
                 self.split_medians("operator", name, sent_to_written),
@@ -201,11 +268,13 @@ impl Report {
                     format!("{name} p50 latency{of}"),
                     op.0 / base.0.max(1e-9),
                     LATENCY_GOAL,
+                    self.band(name, written(50.0)),
                 );
                 goal(
                     format!("{name} p99 latency{of}"),
                     op.1 / base.1.max(1e-9),
                     LATENCY_GOAL,
+                    self.band(name, written(99.0)),
                 );
             }
         }
@@ -217,43 +286,44 @@ impl Report {
                 ),
                 m.secs,
                 COLD_START_GOAL,
+                self.band("cold start", secs),
             );
         }
         let (settled_goal, peak_goal) = rss_goal_mib(self.args.nodes);
         if let Some(s) = self.settled_rss_kib {
-            t.push(Target {
-                what: format!("settled RSS ≤ {settled_goal:.0} MiB"),
-                measured: format!("{:.1} MiB", mib(s)),
-                ok: mib(s) <= settled_goal,
-            });
+            t.push(Target::plain(
+                format!("settled RSS ≤ {settled_goal:.0} MiB"),
+                format!("{:.1} MiB", mib(s)),
+                mib(s) <= settled_goal,
+            ));
         }
         if let (Some(p), Some(goal)) = (self.peak_rss_kib, peak_goal) {
-            t.push(Target {
-                what: format!("peak RSS ≤ {goal:.0} MiB"),
-                measured: format!("{:.1} MiB", mib(p)),
-                ok: mib(p) <= goal,
-            });
+            t.push(Target::plain(
+                format!("peak RSS ≤ {goal:.0} MiB"),
+                format!("{:.1} MiB", mib(p)),
+                mib(p) <= goal,
+            ));
         }
         for p in self.phases.iter().filter(|p| p.runner == "operator") {
             let per = p.node_writes / p.transitions.max(1) as f64;
-            t.push(Target {
-                what: format!("{}: one write per node transition", p.name),
-                measured: format!(
+            t.push(Target::plain(
+                format!("{}: one write per node transition", p.name),
+                format!(
                     "{} writes / {} transitions = {per:.3} ({} conflicts)",
                     p.node_writes, p.transitions, p.conflicts
                 ),
-                ok: p.node_writes == p.transitions as f64,
-            });
+                p.node_writes == p.transitions as f64,
+            ));
         }
         if let Some(q) = &self.quiet {
-            t.push(Target {
-                what: format!("no writes in the quiet {} s", self.args.quiet_secs),
-                measured: format!(
+            t.push(Target::plain(
+                format!("no writes in the quiet {} s", self.args.quiet_secs),
+                format!(
                     "{} node writes, {} status writes",
                     q.node_writes, q.requests.status_writes
                 ),
-                ok: q.node_writes == 0.0 && q.requests.status_writes == 0.0,
-            });
+                q.node_writes == 0.0 && q.requests.status_writes == 0.0,
+            ));
         }
         let all = self.operator_requests_total();
         let bad: f64 = all
@@ -262,11 +332,11 @@ impl Report {
             .filter(|((_, _, code), _)| code == "429" || code.starts_with('5') || code == "error")
             .map(|(_, v)| v)
             .fold(0.0, |a, b| a + b);
-        t.push(Target {
-            what: "no 5xx, 429 (throttling) or transport errors".into(),
-            measured: format!("{bad}"),
-            ok: bad == 0.0,
-        });
+        t.push(Target::plain(
+            "no 5xx, 429 (throttling) or transport errors".into(),
+            format!("{bad}"),
+            bad == 0.0,
+        ));
         t
     }
 
@@ -471,7 +541,9 @@ impl Report {
             w,
             "The baseline hands what its watch (or its cold start's list) reads to its \
              writers through a queue: its wait for a worker is from a node read to a \
-             writer taking it, its own echoes included. \
+             writer taking it, its own echoes included. Reconcile: the operator's mean \
+             time for one node reconcile, patch included (a worker's busy time): what it \
+             adds to each write is this less the answer. \
              Node size: mean JSON bytes of one node per group once every node was right; \
              every request and watch event on a node costs the API server in proportion. \
              Reconciles: node queue entries taken by a worker; echoes skipped: watch events \
@@ -481,9 +553,9 @@ impl Report {
         );
         let _ = writeln!(
             w,
-            "| runner | phase | patches answered | answer ms | wait for a worker ms | reconciles | echoes skipped | resyncs | node bytes |"
+            "| runner | phase | patches answered | answer ms | wait for a worker ms | reconcile ms | reconciles | echoes skipped | resyncs | node bytes |"
         );
-        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for p in self
             .phases
             .iter()
@@ -492,12 +564,13 @@ impl Report {
             let r = &p.requests;
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.runner,
                 p.name,
                 r.patches_answered,
                 fmt_opt(r.mean_patch_ms(), 0),
                 fmt_opt(r.mean_queue_wait_ms(), 0),
+                fmt_opt(r.mean_reconcile_ms(), 0),
                 if p.runner == "operator" {
                     r.queue_waits.to_string()
                 } else {
@@ -616,15 +689,26 @@ impl Report {
                 a.nodes
             );
         }
-        let _ = writeln!(w, "| target | measured | result |");
-        let _ = writeln!(w, "|---|---|---|");
+        let _ = writeln!(
+            w,
+            "Identical runners: the ratios the same rounds give when they are pooled and split \
+             every possible way into groups of the two runners' sizes (5th–95th percentile), and \
+             the share of splits at least as high as measured; a ratio inside that band is the \
+             rounds' spread more than a difference of the runners.\n"
+        );
+        let _ = writeln!(
+            w,
+            "| target | measured | result | identical runners: 5–95 % · share ≥ measured |"
+        );
+        let _ = writeln!(w, "|---|---|---|---|");
         for t in self.targets() {
             let _ = writeln!(
                 w,
-                "| {} | {} | {} |",
+                "| {} | {} | {} | {} |",
                 t.what,
                 t.measured,
-                if t.ok { "PASS" } else { "MISS" }
+                if t.ok { "PASS" } else { "MISS" },
+                t.noise_cell()
             );
         }
         s
@@ -848,6 +932,7 @@ impl Report {
                     .collect::<Vec<_>>(),
             });
             // Outside the macro above, which is at serde_json's recursion limit.
+            v["node_reconcile_ms_mean"] = json!(p.requests.mean_reconcile_ms());
             if let Some(f) = &p.flip {
                 v["sent_to_seen_ms"] = split_json(&f.sent_to_seen_ms);
                 v["seen_to_right_ms"] = split_json(&f.seen_to_right_ms);
@@ -889,7 +974,12 @@ impl Report {
             },
             "policy_status": self.policy_status,
             "final_check": self.final_check,
-            "targets": self.targets().iter().map(|t| json!({"target": t.what, "measured": t.measured, "ok": t.ok})).collect::<Vec<_>>(),
+            "targets": self.targets().iter().map(|t| json!({
+                "target": t.what,
+                "measured": t.measured,
+                "ok": t.ok,
+                "identical_runners": t.noise.map(|b| json!({"p5": b.low, "p95": b.high, "share_at_least": b.at_least})),
+            })).collect::<Vec<_>>(),
             "error": self.error,
         })
     }
@@ -975,6 +1065,33 @@ mod tests {
                 ),
                 ("settled RSS ≤ 32 MiB".into(), "30.0 MiB".into(), true),
             ]
+        );
+    }
+
+    #[test]
+    fn ratio_goals_say_what_identical_runners_would_show() {
+        let r = report(
+            5_000,
+            vec![
+                phase("baseline", "taint", 10.0, 100.0),
+                phase("baseline", "taint", 30.0, 300.0),
+                phase("baseline", "taint", 20.0, 200.0),
+                phase("operator", "taint", 21.0, 220.0),
+            ],
+        );
+        let t = r.targets();
+        let p50 = t.iter().find(|t| t.what.starts_with("taint p50")).unwrap();
+        // Pooled 220, 100, 300, 200 ms, one of them the operator's: 220/200,
+        // 100/220, 300/200 and 200/220; two of the four are at least 1.10.
+        assert_eq!(p50.noise_cell(), "0.45–1.50× · 50 %");
+        let memory = t
+            .iter()
+            .find(|t| t.what.starts_with("settled RSS"))
+            .unwrap();
+        assert_eq!(memory.noise_cell(), "–");
+        assert!(
+            r.markdown()
+                .contains("| 1.10× | PASS | 0.45–1.50× · 50 % |")
         );
     }
 
