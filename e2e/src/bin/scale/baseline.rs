@@ -27,8 +27,8 @@ use crate::{
     handoff::{Handoff, Waits, start_writers},
     load::flip_condition,
     model::{
-        BASELINE_CONDITION, SCALE_LABEL, World, expected_all, fault_taints_by_group, group_of,
-        node_index, node_name, standing_taints,
+        BASELINE_CONDITION, Flipped, SCALE_LABEL, World, expected_all, fault_taints_by_group,
+        group_of, node_index, node_name, standing_taints,
     },
     observer::Cue,
     operator_proc::OpMetrics,
@@ -69,16 +69,16 @@ impl BaselineCounters {
 
 /// The counters at one moment; the difference of two is a phase's.
 #[derive(Clone, Copy, Default)]
-struct Tally {
-    patches: u64,
+pub(crate) struct Tally {
+    pub(crate) patches: u64,
     patch_micros: u64,
-    conflicts: u64,
+    pub(crate) conflicts: u64,
     taken: u64,
     wait_secs: f64,
 }
 
 impl Tally {
-    fn since(self, before: Tally) -> Tally {
+    pub(crate) fn since(self, before: Tally) -> Tally {
         Tally {
             patches: self.patches - before.patches,
             patch_micros: self.patch_micros - before.patch_micros,
@@ -89,7 +89,7 @@ impl Tally {
     }
 
     /// In the form the report takes the operator's /metrics in.
-    fn requests(self) -> OpMetrics {
+    pub(crate) fn requests(self) -> OpMetrics {
         let mut requests = OpMetrics::default();
         requests.requests.insert(
             ("patch".into(), "nodes".into(), "sent".into()),
@@ -410,6 +410,65 @@ pub(crate) async fn baseline_rounds(
     clear_standing_taints(b, &mut world).await
 }
 
+/// The baseline's loop running on a runtime of its own, as a controller in a
+/// process of its own would (two worker threads, one per core), with its counters.
+pub(crate) struct BaselineRunner {
+    runtime: OwnRuntime,
+    counters: Arc<BaselineCounters>,
+}
+
+impl BaselineRunner {
+    /// Starts the loop writing `taints` (per group) and returns once its watch has
+    /// listed the nodes and the list's reconciles (all no-ops) have drained.
+    pub(crate) async fn start(
+        b: &Bench<'_>,
+        taints: Vec<Vec<Taint>>,
+        writing_as: WritingAs,
+    ) -> Result<Self> {
+        let (n, c) = (b.args.nodes, b.args.concurrency);
+        let counters = Arc::new(BaselineCounters {
+            written: WriteTimes::new(n),
+            ..BaselineCounters::default()
+        });
+        let synced = Arc::new(AtomicBool::new(false));
+        let runtime = {
+            let (counters, synced) = (counters.clone(), synced.clone());
+            let taints = Arc::new(taints);
+            let params = writing_as.params();
+            OwnRuntime::start(
+                "baseline",
+                2,
+                config_from(b.baseline_kubeconfig).await?,
+                move |client| baseline_loop(client, c, taints, counters, params, synced),
+            )?
+        };
+        while !synced.load(Ordering::Acquire) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(BaselineRunner { runtime, counters })
+    }
+
+    pub(crate) fn tally(&self) -> Tally {
+        self.counters.tally()
+    }
+
+    /// When each node's last write was answered since the last call.
+    pub(crate) fn take_written(&self) -> Vec<Option<Instant>> {
+        self.counters.written.take()
+    }
+
+    /// Stops the loop; an error if any of its patches failed.
+    pub(crate) async fn stop(self) -> Result {
+        self.runtime.stop().await;
+        let errors = self.counters.errors.load(Ordering::Relaxed);
+        if errors > 0 {
+            bail!("the baseline had {errors} failed patches");
+        }
+        Ok(())
+    }
+}
+
 /// The baseline's taint and untaint phases for `rounds`, through a watch of its own
 /// started for them. `world` has the standing taints on, the baseline's or the
 /// operator's.
@@ -429,30 +488,10 @@ pub(crate) async fn taint_untaint_rounds(
         probes,
         ..
     } = *b;
-    let (n, c) = (args.nodes, args.concurrency);
+    let n = args.nodes;
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    let counters = Arc::new(BaselineCounters {
-        written: WriteTimes::new(n),
-        ..BaselineCounters::default()
-    });
-    let synced = Arc::new(AtomicBool::new(false));
-    // As a controller in a process of its own: two worker threads, one per core.
-    let runner = {
-        let (counters, synced) = (counters.clone(), synced.clone());
-        let fault_taints = Arc::new(fault_taints_by_group(defs));
-        let params = writing_as.params();
-        OwnRuntime::start(
-            "baseline",
-            2,
-            config_from(b.baseline_kubeconfig).await?,
-            move |client| baseline_loop(client, c, fault_taints, counters, params, synced),
-        )?
-    };
-    while !synced.load(Ordering::Acquire) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // let the initial list's reconciles (all no-ops) drain
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runner = BaselineRunner::start(b, fault_taints_by_group(defs), writing_as).await?;
+    let counters = &runner.counters;
     let rounds = rounds.flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
     for (kind, on, round) in rounds {
         let name = &round_name(kind, round);
@@ -465,7 +504,7 @@ pub(crate) async fn taint_untaint_rounds(
         observer.begin_with_cue(
             expected_all(defs, n, world),
             Some(Cue {
-                condition: BASELINE_CONDITION,
+                flipped: Flipped::Baseline,
                 on,
             }),
         );
@@ -475,7 +514,7 @@ pub(crate) async fn taint_untaint_rounds(
             client,
             n,
             crate::driver::flip_concurrency(args),
-            BASELINE_CONDITION,
+            Flipped::Baseline,
             if on { "True" } else { "False" },
             if on {
                 "BaselineFault"
@@ -520,12 +559,7 @@ pub(crate) async fn taint_untaint_rounds(
             ..PhaseResult::default()
         });
     }
-    runner.stop().await;
-    let errors = counters.errors.load(Ordering::Relaxed);
-    if errors > 0 {
-        bail!("the baseline had {errors} failed patches");
-    }
-    Ok(())
+    runner.stop().await
 }
 
 /// Takes every taint off every node and waits until the observer sees every node

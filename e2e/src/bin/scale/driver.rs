@@ -27,9 +27,10 @@ use crate::{
     bench::Bench,
     config_from,
     load::{flip_condition, ready_critical_pods},
-    model::{Critical, FAULT_CONDITION, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
+    model::{Critical, Flipped, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
     observer::{Cue, Observer},
     operator_proc::OperatorProc,
+    paired::paired_rounds,
     phase::{
         FlipSplit, PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
         with_operator,
@@ -390,6 +391,9 @@ async fn operator_phases(
         .flat_map(|r| [("taint", r), ("untaint", r)])
         .chain([("readiness", 1), ("policy delete", 1)]);
     for (kind, round) in phases {
+        if kind == "readiness" && args.paired_rounds > 0 {
+            before = paired_rounds(b, op, world, args.paired_rounds, before, report).await?;
+        }
         if kind == "taint" && round > 1 && args.interleave && !args.skip_baseline {
             eprintln!("scale: operator stopped for the baseline's round {round}");
             op.stop().await?;
@@ -427,7 +431,7 @@ async fn operator_phases(
         let events_before = observer.events();
         let cue = match kind {
             "taint" | "untaint" => Some(Cue {
-                condition: FAULT_CONDITION,
+                flipped: Flipped::Fault,
                 on: kind == "taint",
             }),
             _ => None,
@@ -443,7 +447,7 @@ async fn operator_phases(
                     "taint" => ("True", "BenchFaultDetected"),
                     _ => ("False", "BenchHealthy"),
                 };
-                let f = flip_condition(client, n, flips, FAULT_CONDITION, status, reason).await?;
+                let f = flip_condition(client, n, flips, Flipped::Fault, status, reason).await?;
                 let sent = f.sent.clone();
                 flipped = Some(f);
                 sent

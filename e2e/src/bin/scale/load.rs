@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::{
     Error, Result,
-    model::{Critical, node_name},
+    model::{Critical, Flipped, node_name},
     setup::pod_name,
 };
 
@@ -23,13 +23,14 @@ pub(crate) struct Flips {
     pub(crate) answered: Vec<Option<Instant>>,
 }
 
-/// Flips `cond` on every node to `status` (strategic merge on the status
-/// subresource); returns when each node's request was sent and answered.
+/// Flips the `flipped` condition on every node to `status` (strategic merge on the
+/// status subresource), in node order; returns when each node's request was sent
+/// and answered.
 pub(crate) async fn flip_condition(
     client: &Client,
     n: usize,
     concurrency: usize,
-    cond: &str,
+    flipped: Flipped,
     status: &str,
     reason: &str,
 ) -> Result<Flips> {
@@ -42,6 +43,7 @@ pub(crate) async fn flip_condition(
     let results: Vec<(usize, Instant, Instant)> = stream::iter(0..n)
         .map(|i| {
             let api = api.clone();
+            let cond = flipped.condition(i);
             let patch = json!({"status": {"conditions": [{
                 "type": cond, "status": status, "reason": reason,
                 "message": "set by the scale benchmark",

@@ -59,6 +59,7 @@ mod model;
 mod observer;
 mod operator_proc;
 mod own_runtime;
+mod paired;
 mod phase;
 mod procfs;
 mod relabel;
@@ -161,6 +162,13 @@ struct Args {
     /// drift, rather than the baseline its start and end and the operator its middle.
     #[arg(long)]
     interleave: bool,
+    /// Paired rounds after the operator's taint and untaint rounds: in each phase
+    /// one stream of condition flips reaches both runners at once, the operator's
+    /// condition on half the nodes and the baseline's on the other half, and each
+    /// runner is timed on its half. Per-round latency ratios then compare the two
+    /// at the same moment of the API server (see e2e/scale.md).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=15))]
+    paired_rounds: u64,
     /// Whom the baseline connects as. The condition flips, the observer and the
     /// setup always use the admin user.
     #[arg(long, value_enum, default_value = "operator")]
@@ -225,6 +233,15 @@ async fn run(args: Args) -> Result<bool> {
     }
     if args.concurrency == 0 || args.concurrency > usize::from(u16::MAX) {
         bail!("--concurrency must be between 1 and {}", u16::MAX);
+    }
+    if args.paired_rounds > 0 && args.skip_baseline {
+        bail!("--paired-rounds needs the baseline: drop --skip-baseline");
+    }
+    if args.paired_rounds > 0 && args.nodes < 2 * model::GROUPS {
+        bail!(
+            "--paired-rounds needs at least {} nodes, so each runner's half has every group",
+            2 * model::GROUPS
+        );
     }
     if args.flip_concurrency.is_some_and(|f| f == 0) {
         bail!("--flip-concurrency must be at least 1");
@@ -332,7 +349,8 @@ async fn run(args: Args) -> Result<bool> {
         for p in &report.phases {
             let file = dir.join(format!("{}-{}.csv", p.runner, p.name.replace(' ', "-")));
             let mut csv = String::from("node,change_ms,latency_ms\n");
-            for (i, (c, l)) in p.per_node.iter().enumerate() {
+            for (k, (c, l)) in p.per_node.iter().enumerate() {
+                let i = p.nodes.get(k).copied().unwrap_or(k);
                 csv.push_str(&format!("{},{c:.1},{l:.1}\n", node_name(i)));
             }
             std::fs::write(&file, csv)?;

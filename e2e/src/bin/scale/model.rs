@@ -31,6 +31,37 @@ pub(crate) fn group_of(i: usize) -> usize {
     i % GROUPS
 }
 
+/// In a paired phase, whether node `i` is the operator's (else the baseline's).
+/// The halves alternate by blocks of `GROUPS` nodes, so each holds every group
+/// alike (the same taints to write) and the flips, sent in node order, reach both
+/// halves in turn.
+pub(crate) fn operator_side(i: usize) -> bool {
+    (i / GROUPS).is_multiple_of(2)
+}
+
+/// The condition a phase flips, on which nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flipped {
+    /// The matcher policies' condition, on every node: the operator's phases.
+    Fault,
+    /// The baseline's own condition, on every node: its phases.
+    Baseline,
+    /// Both at once, each on its runner's half (`operator_side`): a paired phase.
+    Paired,
+}
+
+impl Flipped {
+    /// The condition flipped on node `i`.
+    pub(crate) fn condition(self, i: usize) -> &'static str {
+        match self {
+            Flipped::Fault => FAULT_CONDITION,
+            Flipped::Baseline => BASELINE_CONDITION,
+            Flipped::Paired if operator_side(i) => FAULT_CONDITION,
+            Flipped::Paired => BASELINE_CONDITION,
+        }
+    }
+}
+
 pub(crate) fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = x;
@@ -203,19 +234,35 @@ pub(crate) struct World {
     pub(crate) critical_ready: bool,
     pub(crate) bootstrapped: bool,
     pub(crate) always_deleted: bool,
+    /// A paired phase: the operator's fault only on its half of the nodes, and
+    /// `baseline_fault` puts the paired taints (`paired_taints_by_group`) on the
+    /// other half.
+    pub(crate) paired: bool,
 }
 
 fn expected(defs: &[PolicyDef], i: usize, w: World) -> BTreeSet<String> {
-    defs.iter()
+    let mut taints: BTreeSet<String> = defs
+        .iter()
         .filter(|d| taint_on(d, i, w))
         .map(|d| d.taint.clone())
-        .collect()
+        .collect();
+    if w.paired && w.baseline_fault && !operator_side(i) {
+        taints.extend(
+            defs.iter()
+                .filter(|d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&group_of(i))))
+                .map(|d| paired_key(&d.taint)),
+        );
+    }
+    taints
 }
 
 /// Whether policy `d`'s taint is on node `i`. The baseline does the fault policies'
 /// work on the standing taints, so both runners' taint phases make the same nodes.
 fn taint_on(d: &PolicyDef, i: usize, w: World) -> bool {
     match &d.kind {
+        Kind::Fault(groups) if w.paired => {
+            groups.contains(&group_of(i)) && w.policies && w.fault && operator_side(i)
+        }
         Kind::Fault(groups) => {
             groups.contains(&group_of(i)) && (w.baseline_fault || (w.policies && w.fault))
         }
@@ -246,6 +293,30 @@ pub(crate) fn fault_taints_by_group(defs: &[PolicyDef]) -> Vec<Vec<Taint>> {
             defs.iter()
                 .filter(|d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&g)))
                 .map(policy_taint)
+                .collect()
+        })
+        .collect()
+}
+
+/// A fault policy's taint key renamed for the baseline's half of a paired phase:
+/// no policy owns it, so the operator leaves it alone, and it is as long as the
+/// policy's.
+fn paired_key(key: &str) -> String {
+    key.replacen("bench.io/fault-", "bench.io/pairf-", 1)
+}
+
+/// Per group, the taints the baseline writes on its half in a paired phase: the
+/// fault policies' taints under keys of their own (`paired_key`).
+pub(crate) fn paired_taints_by_group(defs: &[PolicyDef]) -> Vec<Vec<Taint>> {
+    fault_taints_by_group(defs)
+        .into_iter()
+        .map(|taints| {
+            taints
+                .into_iter()
+                .map(|t| Taint {
+                    key: paired_key(&t.key),
+                    ..t
+                })
                 .collect()
         })
         .collect()
@@ -303,6 +374,70 @@ mod tests {
             let mut written: BTreeSet<String> = standing_taints(&defs).iter().map(key).collect();
             written.extend(by_group[group_of(i)].iter().map(key));
             assert_eq!(written, expected(&defs, i, baseline_phase(true)));
+        }
+    }
+
+    /// A paired phase's world: the operator's policies in place with their
+    /// standing taints on, and both runners' faults `on`.
+    fn paired_phase(on: bool) -> World {
+        World {
+            policies: true,
+            fault: on,
+            baseline_fault: on,
+            paired: true,
+            ..World::default()
+        }
+    }
+
+    #[test]
+    fn a_paired_phase_gives_each_runner_half_the_nodes_and_every_group_to_both() {
+        let sides: Vec<bool> = (0..4 * GROUPS).map(operator_side).collect();
+        assert_eq!(sides.iter().filter(|s| **s).count(), 2 * GROUPS);
+        for g in 0..GROUPS {
+            for side in [true, false] {
+                assert_eq!(
+                    (0..4 * GROUPS)
+                        .filter(|&i| group_of(i) == g && operator_side(i) == side)
+                        .count(),
+                    2,
+                    "group {g}, operator side {side}"
+                );
+            }
+        }
+        assert_eq!(Flipped::Paired.condition(0), FAULT_CONDITION);
+        assert_eq!(Flipped::Paired.condition(GROUPS), BASELINE_CONDITION);
+        assert_eq!(Flipped::Fault.condition(GROUPS), FAULT_CONDITION);
+        assert_eq!(Flipped::Baseline.condition(0), BASELINE_CONDITION);
+    }
+
+    #[test]
+    fn in_a_paired_phase_each_half_gains_what_a_whole_phase_gives_it() {
+        let defs = policy_defs(10, "ns");
+        let by_group = paired_taints_by_group(&defs);
+        let key = |t: &Taint| format!("{}:{}", t.key, t.effect);
+        let owned: BTreeSet<String> = defs.iter().map(|d| d.taint.clone()).collect();
+        for i in 0..2 * GROUPS {
+            let calm = expected(&defs, i, paired_phase(false));
+            assert_eq!(calm, expected(&defs, i, operator_phase(false)), "node {i}");
+            let faulty = expected(&defs, i, paired_phase(true));
+            let gained: BTreeSet<String> = faulty.difference(&calm).cloned().collect();
+            let whole_phase = expected(&defs, i, operator_phase(true));
+            assert_eq!(gained.len(), whole_phase.len() - calm.len(), "node {i}");
+            if operator_side(i) {
+                assert_eq!(faulty, whole_phase, "node {i}");
+            } else {
+                // the baseline's taints: as many, no policy's key, the same length
+                let written: BTreeSet<String> = by_group[group_of(i)].iter().map(key).collect();
+                assert_eq!(gained, written, "node {i}");
+                assert!(
+                    gained
+                        .iter()
+                        .all(|t| !owned.contains(t) && t.starts_with(BENCH_PREFIX))
+                );
+                let len = |s: &BTreeSet<String>| s.iter().map(String::len).sum::<usize>();
+                let theirs: BTreeSet<String> = whole_phase.difference(&calm).cloned().collect();
+                assert_eq!(len(&gained), len(&theirs), "node {i}");
+            }
         }
     }
 }

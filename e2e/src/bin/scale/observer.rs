@@ -22,7 +22,8 @@ use serde::Deserialize;
 use crate::{
     Result,
     model::{
-        BASELINE_CONDITION, BENCH_PREFIX, FAULT_CONDITION, SCALE_LABEL, node_index, node_name,
+        BASELINE_CONDITION, BENCH_PREFIX, FAULT_CONDITION, Flipped, SCALE_LABEL, node_index,
+        node_name,
     },
     own_runtime::OwnRuntime,
 };
@@ -72,8 +73,9 @@ impl Flippable {
         }
     }
 
-    fn shows(self, cue: Cue) -> bool {
-        match cue.condition {
+    /// Whether node `i` shows `cue`'s change made.
+    fn shows(self, i: usize, cue: Cue) -> bool {
+        match cue.flipped.condition(i) {
             c if c == FAULT_CONDITION => self.fault == cue.on,
             c if c == BASELINE_CONDITION => self.baseline_fault == cue.on,
             _ => false,
@@ -81,11 +83,11 @@ impl Flippable {
     }
 }
 
-/// The change a phase makes to every node's conditions: `condition` turned True
-/// (`on`) or False.
+/// The change a phase makes to every node's conditions: the `flipped` condition
+/// turned True (`on`) or False.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cue {
-    pub(crate) condition: &'static str,
+    pub(crate) flipped: Flipped,
     pub(crate) on: bool,
 }
 
@@ -162,7 +164,7 @@ impl ObsState {
     fn note_cue(&mut self, i: usize, now: Instant) {
         if let Some(cue) = self.cue
             && self.cue_seen_at[i].is_none()
-            && self.conditions[i].shows(cue)
+            && self.conditions[i].shows(i, cue)
         {
             self.cue_seen_at[i] = Some(now);
         }
@@ -350,7 +352,7 @@ mod tests {
         let n = 2;
         let mut s = ObsState::new(n);
         s.cue = Some(Cue {
-            condition: FAULT_CONDITION,
+            flipped: Flipped::Fault,
             on: true,
         });
         let t0 = Instant::now();
@@ -367,7 +369,7 @@ mod tests {
 
         // recovery: False counts, and so does a node without the condition at all
         s.cue = Some(Cue {
-            condition: FAULT_CONDITION,
+            flipped: Flipped::Fault,
             on: false,
         });
         s.cue_seen_at = vec![None; n];
@@ -376,5 +378,32 @@ mod tests {
         s.note_cue(0, later);
         s.note_cue(1, later);
         assert_eq!(s.cue_seen_at, vec![Some(later), Some(later)]);
+    }
+
+    #[test]
+    fn in_a_paired_phase_each_node_is_seen_by_its_own_runners_condition() {
+        use crate::model::{GROUPS, operator_side};
+        let (ours, theirs) = (0, GROUPS);
+        assert!(operator_side(ours) && !operator_side(theirs));
+        let mut s = ObsState::new(GROUPS + 1);
+        s.cue = Some(Cue {
+            flipped: Flipped::Paired,
+            on: true,
+        });
+        let t0 = Instant::now();
+        // each node shows the other runner's condition: not its flip
+        s.conditions[ours] = Flippable::of(Some(&status(&[(BASELINE_CONDITION, "True")])));
+        s.conditions[theirs] = Flippable::of(Some(&status(&[(FAULT_CONDITION, "True")])));
+        s.note_cue(ours, t0);
+        s.note_cue(theirs, t0);
+        assert_eq!((s.cue_seen_at[ours], s.cue_seen_at[theirs]), (None, None));
+        s.conditions[ours] = Flippable::of(Some(&status(&[(FAULT_CONDITION, "True")])));
+        s.conditions[theirs] = Flippable::of(Some(&status(&[(BASELINE_CONDITION, "True")])));
+        s.note_cue(ours, t0);
+        s.note_cue(theirs, t0);
+        assert_eq!(
+            (s.cue_seen_at[ours], s.cue_seen_at[theirs]),
+            (Some(t0), Some(t0))
+        );
     }
 }

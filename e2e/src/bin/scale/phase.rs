@@ -105,6 +105,9 @@ pub(crate) struct PhaseResult {
     pub(crate) cpu_to_right: BTreeMap<String, f64>,
     /// Per node, in node order: (change sent, ms after the phase began; latency, ms).
     pub(crate) per_node: Vec<(f64, f64)>,
+    /// The nodes `per_node` is about, in its order; empty: every node, 0 to N.
+    /// A paired phase times each runner on its half.
+    pub(crate) nodes: Vec<usize>,
     /// Condition flip phases: a node's latency in parts.
     pub(crate) flip: Option<FlipSplit>,
     /// Mean JSON bytes of a sampled node once every node was right.

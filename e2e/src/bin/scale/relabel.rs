@@ -49,18 +49,50 @@ pub(crate) fn relabeling_band(ours: &[f64], theirs: &[f64]) -> Option<Band> {
     let measured = ratio((1u32 << k) - 1);
     let mut ratios: Vec<f64> = splits(n as u32, k as u32).map(ratio).collect();
     ratios.sort_by(f64::total_cmp);
-    let last = (ratios.len() - 1) as f64;
-    // Within a rounding error of the measured ratio counts as equal: the
-    // measured split itself is one of the relabelings.
-    let at_least = ratios
+    Some(band_of(&ratios, measured))
+}
+
+/// Above this many paired rounds the sign flips are not enumerated (2^R medians).
+const MAX_PAIRED_ROUNDS: usize = 20;
+
+/// The band for the median of `ratios`, one per paired round (the operator's value
+/// over the baseline's in the same phase). Identical runners are as likely to give
+/// a round's ratio as its inverse, so every way of inverting some of the rounds'
+/// ratios is equally likely under that hypothesis: the medians over all of them
+/// give the band. `None` without rounds, or with too many to enumerate.
+pub(crate) fn sign_flip_band(ratios: &[f64]) -> Option<Band> {
+    let k = ratios.len();
+    if k == 0 || k > MAX_PAIRED_ROUNDS || ratios.iter().any(|r| *r <= 0.0) {
+        return None;
+    }
+    let measured = median(ratios.to_vec());
+    let mut medians: Vec<f64> = (0u32..1 << k)
+        .map(|mask| {
+            let flipped = ratios
+                .iter()
+                .enumerate()
+                .map(|(i, r)| if mask & (1 << i) != 0 { 1.0 / r } else { *r });
+            median(flipped.collect())
+        })
+        .collect();
+    medians.sort_by(f64::total_cmp);
+    Some(band_of(&medians, measured))
+}
+
+/// The 5–95 % band of sorted `values` and the share at least `measured`.
+fn band_of(sorted: &[f64], measured: f64) -> Band {
+    let last = (sorted.len() - 1) as f64;
+    // Within a rounding error of the measured value counts as equal: the measured
+    // arrangement itself is one of them.
+    let at_least = sorted
         .iter()
         .filter(|r| **r >= measured * (1.0 - 1e-12))
         .count();
-    Some(Band {
-        low: ratios[(0.05 * last).floor() as usize],
-        high: ratios[(0.95 * last).ceil() as usize],
-        at_least: at_least as f64 / ratios.len() as f64,
-    })
+    Band {
+        low: sorted[(0.05 * last).floor() as usize],
+        high: sorted[(0.95 * last).ceil() as usize],
+        at_least: at_least as f64 / sorted.len() as f64,
+    }
 }
 
 fn binomial(n: u64, k: u64) -> u64 {
@@ -136,5 +168,28 @@ mod tests {
     fn nothing_to_relabel_without_both_runners() {
         assert_eq!(relabeling_band(&[], &[1.0]), None);
         assert_eq!(relabeling_band(&[1.0], &[]), None);
+    }
+
+    #[test]
+    fn paired_rounds_that_agree_give_a_narrow_band() {
+        let b = sign_flip_band(&[1.0; 5]).unwrap();
+        assert_eq!((b.low, b.high, b.at_least), (1.0, 1.0, 1.0));
+        // 5 % either way in every round: the median of the flipped ones stays
+        // within those 5 %, and half the flips reach the measured 1.05
+        let b = sign_flip_band(&[1.05; 5]).unwrap();
+        assert_eq!((b.low, b.high), (1.0 / 1.05, 1.05));
+        assert_eq!(b.at_least, 0.5);
+    }
+
+    #[test]
+    fn the_band_of_paired_rounds_enumerates_every_inversion() {
+        // Rounds 2× and 1.1×: the four arrangements' medians are
+        // (2 + 1.1) / 2, (0.5 + 1.1) / 2, (2 + 1/1.1) / 2 and (0.5 + 1/1.1) / 2.
+        let b = sign_flip_band(&[2.0, 1.1]).unwrap();
+        assert_eq!(b.low, (0.5 + 1.0 / 1.1) / 2.0);
+        assert_eq!(b.high, 1.55);
+        assert_eq!(b.at_least, 0.25, "only the measured one is that high");
+        assert_eq!(sign_flip_band(&[]), None);
+        assert_eq!(sign_flip_band(&[1.0; 21]), None);
     }
 }

@@ -9,9 +9,10 @@ use crate::{
     Args,
     model::Critical,
     operator_proc::OpMetrics,
+    paired::{PAIRED_TAINT, PAIRED_UNTAINT},
     phase::{FlipSplit, PhaseResult, median, percentile},
     procfs::Machine,
-    relabel::{Band, relabeling_band},
+    relabel::{Band, relabeling_band, sign_flip_band},
     setup::SetupStep,
 };
 
@@ -68,6 +69,13 @@ fn split_percentile(
         let ms = p.flip.as_ref().map(part)?;
         (!ms.is_empty()).then(|| percentile(ms, q))
     }
+}
+
+/// One value read off each round of a phase.
+type PerRound = Box<dyn Fn(&PhaseResult) -> Option<f64>>;
+
+fn is_paired(kind: &str) -> bool {
+    kind == PAIRED_TAINT || kind == PAIRED_UNTAINT
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
@@ -173,12 +181,33 @@ impl Report {
         )
     }
 
-    /// One operator phase over the baseline's medians.
+    /// One operator phase over the baseline's medians, or in a paired phase over
+    /// the baseline's half of the same phase.
     fn row_ratio(&self, p: &PhaseResult) -> Option<Medians> {
         if p.runner != "operator" {
             return None;
         }
+        if is_paired(&p.kind) {
+            return Some(Medians::of(p).over(Medians::of(self.paired_baseline(p)?)));
+        }
         Some(Medians::of(p).over(self.medians("baseline", &p.kind)?))
+    }
+
+    /// The baseline's half of the paired phase whose operator half is `p`.
+    fn paired_baseline(&self, p: &PhaseResult) -> Option<&PhaseResult> {
+        self.phases
+            .iter()
+            .find(|b| b.runner == "baseline" && b.name == p.name)
+    }
+
+    /// Per paired round of `kind`, the operator's `value` over the baseline's in
+    /// the same phase; rounds missing either are left out.
+    fn paired_ratios(&self, kind: &str, value: impl Fn(&PhaseResult) -> Option<f64>) -> Vec<f64> {
+        self.phases
+            .iter()
+            .filter(|p| p.runner == "operator" && p.kind == kind)
+            .filter_map(|p| Some(value(p)? / value(self.paired_baseline(p)?)?.max(1e-9)))
+            .collect()
     }
 
     /// One value per round of a runner's phase, in order.
@@ -293,6 +322,40 @@ impl Report {
                 COLD_START_GOAL,
                 self.band("cold start", secs),
             );
+        }
+        for kind in [PAIRED_TAINT, PAIRED_UNTAINT] {
+            let measures: [(&str, PerRound); 4] = [
+                ("p50 latency", Box::new(p50)),
+                ("p99 latency", Box::new(p99)),
+                (
+                    "p50 latency from the flip sent to the runner's write answered",
+                    Box::new(split_percentile(sent_to_written, 50.0)),
+                ),
+                (
+                    "p99 latency from the flip sent to the runner's write answered",
+                    Box::new(split_percentile(sent_to_written, 99.0)),
+                ),
+            ];
+            for (what, value) in measures {
+                let ratios = self.paired_ratios(kind, value);
+                if ratios.is_empty() {
+                    continue;
+                }
+                let slower = ratios.iter().filter(|r| **r > 1.0).count();
+                let ratio = median(ratios.clone());
+                t.push(Target {
+                    what: format!(
+                        "{kind} {what} ≤ {LATENCY_GOAL:.2}× baseline (median of {} rounds' ratios, both runners in the same phases)",
+                        ratios.len()
+                    ),
+                    measured: format!(
+                        "{ratio:.2}× (slower in {slower} of {} rounds)",
+                        ratios.len()
+                    ),
+                    ok: ratio <= LATENCY_GOAL,
+                    noise: sign_flip_band(&ratios),
+                });
+            }
         }
         let (settled_goal, peak_goal) = rss_goal_mib(self.args.nodes);
         if let Some(s) = self.settled_rss_kib {
@@ -1067,6 +1130,43 @@ mod tests {
                 ("settled RSS ≤ 32 MiB".into(), "30.0 MiB".into(), true),
             ]
         );
+    }
+
+    #[test]
+    fn paired_goals_take_each_rounds_ratio_within_its_own_phase() {
+        let paired = |runner: &str, round: u64, ms: f64| PhaseResult {
+            name: crate::phase::round_name(PAIRED_TAINT, round),
+            ..phase(runner, PAIRED_TAINT, 5.0, ms)
+        };
+        // Round 2 is three times as slow for both: the ratios are 1.2, 0.9, 1.05,
+        // while the operator's median over the baseline's would be 1.2 (360/300).
+        let r = report(
+            1_000,
+            vec![
+                paired("operator", 1, 120.0),
+                paired("baseline", 1, 100.0),
+                paired("operator", 2, 810.0),
+                paired("baseline", 2, 900.0),
+                paired("operator", 3, 315.0),
+                paired("baseline", 3, 300.0),
+            ],
+        );
+        let t = r.targets();
+        let p50 = t
+            .iter()
+            .find(|t| t.what.starts_with("paired taint p50 latency ≤"))
+            .unwrap();
+        assert_eq!(p50.measured, "1.05× (slower in 2 of 3 rounds)");
+        assert!(p50.ok);
+        assert!(p50.what.contains("median of 3 rounds' ratios"));
+        // the band inverts some rounds' ratios: from 1/1.2 ... to 1.2 ... (the
+        // medians of {1.2|0.83, 0.9|1.11, 1.05|0.95})
+        assert_eq!(p50.noise_cell(), "0.90–1.11× · 50 %");
+        // a paired row's ratio is to its own phase's baseline half
+        let row = r.row_ratio(&r.phases[2]).unwrap();
+        assert!((row.p50 - 0.9).abs() < 1e-12);
+        // no separate-rounds goal is made of paired phases
+        assert!(!t.iter().any(|t| t.what.starts_with("taint")));
     }
 
     #[test]
