@@ -19,7 +19,9 @@ use crate::{
     model::{Flipped, World, expected_all, operator_side, paired_taints_by_group},
     observer::Cue,
     operator_proc::{OpMetrics, OperatorProc},
-    phase::{FlipSplit, PhaseResult, latencies, per_node, round_name, sample_node_bytes},
+    phase::{
+        FlipSplit, PhaseResult, latencies, per_node, round_name, sample_node_bytes, with_operator,
+    },
     report::Report,
     write_times::{Anchor, operator_writes},
 };
@@ -94,6 +96,10 @@ pub(crate) async fn paired_rounds(
         .await?;
         let change_secs = t0.elapsed().as_secs_f64();
         let right = observer.wait_all_right(timeout).await?;
+        let cpu_to_right = with_operator(
+            probes.since(&others_before),
+            op.sample().cpu_secs - cpu_before,
+        );
         let seen = observer.cue_seen();
         let base_written = baseline.take_written();
         let after = op.settle(settle_quiet, settle_max).await?;
@@ -118,10 +124,11 @@ pub(crate) async fn paired_rounds(
             node_bytes,
             ..PhaseResult::default()
         };
-        // The API server's counters and the other processes' CPU are the phase's,
-        // shared by both runners: kept once, on the operator's row.
+        // The API server's counters and the processes' CPU are the phase's, shared
+        // by both runners: kept once, on the operator's row.
         report.phases.push(PhaseResult {
             runner: "operator".into(),
+            cpu_to_right,
             node_writes: d.node_writes,
             conflicts: d.node_write_conflicts,
             requests: d,

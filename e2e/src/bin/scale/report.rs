@@ -78,6 +78,15 @@ fn is_paired(kind: &str) -> bool {
     kind == PAIRED_TAINT || kind == PAIRED_UNTAINT
 }
 
+/// Whose phase a row of the whole-phase tables is: both runners' in a paired one.
+fn whose(p: &PhaseResult) -> &str {
+    if is_paired(&p.kind) {
+        "both (paired)"
+    } else {
+        &p.runner
+    }
+}
+
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
@@ -191,6 +200,14 @@ impl Report {
             return Some(Medians::of(p).over(Medians::of(self.paired_baseline(p)?)));
         }
         Some(Medians::of(p).over(self.medians("baseline", &p.kind)?))
+    }
+
+    /// Every phase once: a paired phase by its operator's row, which holds what the
+    /// phase cost the machine and the API server as a whole.
+    fn whole_phases(&self) -> impl Iterator<Item = &PhaseResult> {
+        self.phases
+            .iter()
+            .filter(|p| !(is_paired(&p.kind) && p.runner == "baseline"))
     }
 
     /// The baseline's half of the paired phase whose operator half is `p`.
@@ -668,13 +685,13 @@ impl Report {
             "| runner | phase | taint-operator | kube-apiserver | etcd | scale (observer, drivers, baseline) | cores busy |"
         );
         let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|");
-        for p in &self.phases {
+        for p in self.whole_phases() {
             let o = |k: &str| fmt_opt(p.cpu_to_right.get(k).copied(), 2);
             let busy = (p.secs > 0.0).then(|| p.cpu_to_right.values().sum::<f64>() / p.secs);
             let _ = writeln!(
                 w,
                 "| {} | {} | {} | {} | {} | {} | {} |",
-                p.runner,
+                whose(p),
                 p.name,
                 o("taint-operator"),
                 o("kube-apiserver"),
@@ -696,12 +713,12 @@ impl Report {
             "| runner | phase | taint-operator | kube-apiserver | of it garbage collection | API server allocated GiB | etcd | scale (observer, drivers, baseline) | requests queued > 5 ms | their wait s |"
         );
         let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for p in self.phases.iter().chain(self.quiet.iter()) {
+        for p in self.whole_phases().chain(self.quiet.iter()) {
             let o = |k: &str| fmt_opt(p.other_cpu.get(k).copied(), 2);
             let _ = writeln!(
                 w,
                 "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {:.0} | {:.2} |",
-                p.runner,
+                whose(p),
                 p.name,
                 fmt_opt(p.cpu_secs, 2),
                 o("kube-apiserver"),
@@ -801,7 +818,7 @@ impl Report {
             "| runner | phase | closed by the API server (nodes) | (pods) | (other) | node watches opened | operator restarts |"
         );
         let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---|");
-        for p in self.phases.iter().chain(self.quiet.iter()) {
+        for p in self.whole_phases().chain(self.quiet.iter()) {
             let of = |r: &str| p.apiserver.watchers_closed.get(r).copied().unwrap_or(0.0);
             let other: f64 = p
                 .apiserver
@@ -839,7 +856,7 @@ impl Report {
             let _ = writeln!(
                 w,
                 "| {} | {} | {} | {} | {} | {opened} | {restarts} |",
-                p.runner,
+                whose(p),
                 p.name,
                 of("nodes"),
                 of("pods"),
@@ -1167,6 +1184,19 @@ mod tests {
         assert!((row.p50 - 0.9).abs() < 1e-12);
         // no separate-rounds goal is made of paired phases
         assert!(!t.iter().any(|t| t.what.starts_with("taint")));
+        // what a paired phase cost the machine is shown once, for both runners
+        let whole: Vec<(&str, &str)> = r
+            .whole_phases()
+            .map(|p| (whose(p), p.name.as_str()))
+            .collect();
+        assert_eq!(
+            whole,
+            [
+                ("both (paired)", "paired taint"),
+                ("both (paired)", "paired taint 2"),
+                ("both (paired)", "paired taint 3")
+            ]
+        );
     }
 
     #[test]
