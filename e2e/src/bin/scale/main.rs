@@ -20,6 +20,10 @@
 //!    cleans a policy's taint from every node;
 //! 7. a quiet period in which the operator must write nothing.
 //!
+//! With `--paired-rounds`, paired taint and untaint phases run between 4 and 5:
+//! one stream of flips reaches both runners at once, each on its half of the
+//! nodes (`paired`).
+//!
 //! The operator runs as its own process with `OPERATOR_KUBECONFIG`; its memory and
 //! CPU come from `/proc/<pid>`, its API requests and node writes from its `/metrics`.
 
