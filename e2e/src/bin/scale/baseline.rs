@@ -116,6 +116,7 @@ async fn baseline_loop(
     counters: Arc<BaselineCounters>,
     params: PatchParams,
     synced: Arc<AtomicBool>,
+    delay: Duration,
 ) {
     let api: Api<Node> = Api::all(client);
     let (events, all_written) = start_writers(concurrency, counters.waits.clone(), {
@@ -123,7 +124,7 @@ async fn baseline_loop(
         move |node: Node| {
             let (api, counters) = (api.clone(), counters.clone());
             let (fault_taints, params) = (fault_taints.clone(), params.clone());
-            async move { baseline_reconcile(&api, node, &fault_taints, &counters, &params).await }
+            async move { baseline_reconcile(&api, node, &fault_taints, &counters, &params, delay).await }
         }
     });
     let cfg = watcher::Config::default().labels(&format!("{SCALE_LABEL}=true"));
@@ -165,6 +166,7 @@ async fn baseline_reconcile(
     fault_taints: &[Vec<Taint>],
     counters: &BaselineCounters,
     params: &PatchParams,
+    delay: Duration,
 ) {
     let Some(i) = node_index(&node.name_any()) else {
         return;
@@ -182,6 +184,7 @@ async fn baseline_reconcile(
         want,
         counters,
         params,
+        delay,
     )
     .await;
 }
@@ -227,7 +230,8 @@ impl WritingAs {
 }
 
 /// The one JSON patch that puts `mine` on the node (`want`) or takes them off,
-/// guarded by the node's resourceVersion; nothing when the node is already so.
+/// guarded by the node's resourceVersion, sent after `delay`; nothing when the
+/// node is already so.
 async fn put_taints(
     api: &Api<Node>,
     node: &Node,
@@ -235,6 +239,7 @@ async fn put_taints(
     want: bool,
     counters: &BaselineCounters,
     params: &PatchParams,
+    delay: Duration,
 ) {
     let taints = node
         .spec
@@ -252,6 +257,9 @@ async fn put_taints(
         ops.push(json!({"op": "add", "path": "/spec/taints", "value": new}));
     }
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("valid patch");
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     counters.patches.fetch_add(1, Ordering::Relaxed);
     let sent = Instant::now();
     let answer = api
@@ -366,7 +374,16 @@ async fn list_and_patch(
             let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
             async move {
                 let params = baseline_patch_params();
-                put_taints(&api, &node, &standing, true, &counters, &params).await
+                put_taints(
+                    &api,
+                    &node,
+                    &standing,
+                    true,
+                    &counters,
+                    &params,
+                    Duration::ZERO,
+                )
+                .await
             }
         }
     });
@@ -426,6 +443,7 @@ impl BaselineRunner {
         writing_as: WritingAs,
     ) -> Result<Self> {
         let (n, c) = (b.args.nodes, b.args.concurrency);
+        let delay = Duration::from_millis(b.args.baseline_write_delay_ms);
         let counters = Arc::new(BaselineCounters {
             written: WriteTimes::new(n),
             ..BaselineCounters::default()
@@ -439,7 +457,7 @@ impl BaselineRunner {
                 "baseline",
                 2,
                 config_from(b.baseline_kubeconfig).await?,
-                move |client| baseline_loop(client, c, taints, counters, params, synced),
+                move |client| baseline_loop(client, c, taints, counters, params, synced, delay),
             )?
         };
         while !synced.load(Ordering::Acquire) {

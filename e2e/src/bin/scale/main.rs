@@ -173,6 +173,12 @@ struct Args {
     /// at the same moment of the API server (see e2e/scale.md).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=15))]
     paired_rounds: u64,
+    /// Calibration only: the baseline waits this long before each write of its
+    /// taint and untaint phases (its own rounds and the paired ones), to check
+    /// that a comparison sees a runner slower by about that much. Leave at 0
+    /// for a measurement; the report says when it is set.
+    #[arg(long, default_value_t = 0)]
+    baseline_write_delay_ms: u64,
     /// Whom the baseline connects as. The condition flips, the observer and the
     /// setup always use the admin user.
     #[arg(long, value_enum, default_value = "operator")]

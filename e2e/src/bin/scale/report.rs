@@ -465,6 +465,13 @@ impl Report {
             crate::driver::flip_concurrency(a)
         );
         let _ = writeln!(w, "- the baseline connects as {}", a.baseline_as.describe());
+        if a.baseline_write_delay_ms > 0 {
+            let _ = writeln!(
+                w,
+                "- **calibration run: the baseline waited {} ms before each write of its taint and untaint phases**",
+                a.baseline_write_delay_ms
+            );
+        }
         if let Some(r) = self.operator_ready_secs {
             let _ = writeln!(
                 w,
@@ -1024,6 +1031,7 @@ impl Report {
             "k_policies": self.policies.len(), "policies": self.policies,
             "images_per_node": a.images_per_node, "node_json_bytes": self.node_json_bytes,
             "concurrency": a.concurrency, "flip_concurrency": crate::driver::flip_concurrency(a),
+            "baseline_write_delay_ms": a.baseline_write_delay_ms,
             "operator_concurrency": crate::driver::operator_workers(a),
             "leader_election": self.leader_election,
             "operator_version": self.operator_version,
