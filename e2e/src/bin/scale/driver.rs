@@ -344,10 +344,7 @@ async fn operator_phases(
     let n = args.nodes;
     let flips = flip_concurrency(args);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    // Longer than the operator's event quiet period (2 s), so a phase's events
-    // count in that phase and do not go out during the next one.
-    let settle_quiet = Duration::from_secs(4);
-    let settle_max = Duration::from_secs(60);
+    let (settle_quiet, settle_max) = (SETTLE_QUIET, SETTLE_MAX);
     // Read within milliseconds of the operator's start: no watch of its is old
     // enough to have been closed yet.
     let mut apiserver_before = apiserver_counters(client).await?;
@@ -443,10 +440,7 @@ async fn operator_phases(
         let mut flipped = None;
         let changes = match kind {
             "taint" | "untaint" => {
-                let (status, reason) = match kind {
-                    "taint" => ("True", "BenchFaultDetected"),
-                    _ => ("False", "BenchHealthy"),
-                };
+                let (status, reason) = fault_status(kind == "taint");
                 let f = flip_condition(client, n, flips, Flipped::Fault, status, reason).await?;
                 let sent = f.sent.clone();
                 flipped = Some(f);
@@ -680,6 +674,23 @@ async fn clear_operator_records(client: &Client, args: &Args) -> Result {
         );
     }
     Ok(())
+}
+
+/// How long the operator's metrics must stay still after a phase before it
+/// counts as settled: longer than its event quiet period (2 s), so a phase's
+/// events count in that phase and do not go out during the next one.
+pub(crate) const SETTLE_QUIET: Duration = Duration::from_secs(4);
+/// The longest a settle may take.
+pub(crate) const SETTLE_MAX: Duration = Duration::from_secs(60);
+
+/// The `BenchFault` condition's status and reason for a fault (`on`) or its end;
+/// the fault policies match reasons `Bench.*`.
+pub(crate) fn fault_status(on: bool) -> (&'static str, &'static str) {
+    if on {
+        ("True", "BenchFaultDetected")
+    } else {
+        ("False", "BenchHealthy")
+    }
 }
 
 /// Condition flips and readiness patches in flight in a phase, for both runners.

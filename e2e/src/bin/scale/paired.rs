@@ -15,6 +15,7 @@ use crate::{
     apiserver_metrics::apiserver_counters,
     baseline::{BaselineRunner, WritingAs},
     bench::Bench,
+    driver::{SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency},
     load::{Flips, flip_condition},
     model::{Flipped, World, expected_all, operator_side, paired_taints_by_group},
     observer::Cue,
@@ -51,7 +52,6 @@ pub(crate) async fn paired_rounds(
     } = *b;
     let n = args.nodes;
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    let (settle_quiet, settle_max) = (Duration::from_secs(4), Duration::from_secs(60));
     // Under the operator's field manager, as between its rounds: the nodes of
     // both halves then carry the same managedFields entries.
     let baseline =
@@ -80,15 +80,11 @@ pub(crate) async fn paired_rounds(
         let log_from = op.log_len();
         let anchor = Anchor::now();
         let t0 = Instant::now();
-        let (status, reason) = if on {
-            ("True", "BenchFaultDetected")
-        } else {
-            ("False", "BenchHealthy")
-        };
+        let (status, reason) = fault_status(on);
         let flips = flip_condition(
             client,
             n,
-            crate::driver::flip_concurrency(args),
+            flip_concurrency(args),
             Flipped::Paired,
             status,
             reason,
@@ -102,7 +98,7 @@ pub(crate) async fn paired_rounds(
         );
         let seen = observer.cue_seen();
         let base_written = baseline.take_written();
-        let after = op.settle(settle_quiet, settle_max).await?;
+        let after = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
         let d = after.minus(&before);
         let s = op.sample();
         let op_written = operator_writes(&op.log_since(log_from)?, n, on, &anchor);
