@@ -509,13 +509,12 @@ pub(crate) async fn taint_untaint_rounds(
     let n = args.nodes;
     let timeout = Duration::from_secs(args.phase_timeout_secs);
     let runner = BaselineRunner::start(b, fault_taints_by_group(defs), writing_as).await?;
-    let counters = &runner.counters;
     let rounds = rounds.flat_map(|r| [("taint", true, r), ("untaint", false, r)]);
     for (kind, on, round) in rounds {
         let name = &round_name(kind, round);
         world.baseline_fault = on;
         eprintln!("scale: baseline {name} phase");
-        let before = counters.tally();
+        let before = runner.tally();
         let events_before = observer.events();
         let cpu_before = probes.snapshot();
         let apiserver_before = apiserver_counters(client).await?;
@@ -526,7 +525,7 @@ pub(crate) async fn taint_untaint_rounds(
                 on,
             }),
         );
-        counters.written.take();
+        runner.take_written();
         let t0 = Instant::now();
         let flips = flip_condition(
             client,
@@ -544,16 +543,11 @@ pub(crate) async fn taint_untaint_rounds(
         let change_secs = t0.elapsed().as_secs_f64();
         let right = observer.wait_all_right(timeout).await?;
         let cpu_to_right = probes.since(&cpu_before);
-        let flip = FlipSplit::new(
-            &flips,
-            &observer.cue_seen(),
-            &right,
-            &counters.written.take(),
-        );
+        let flip = FlipSplit::new(&flips, &observer.cue_seen(), &right, &runner.take_written());
         let changes = flips.sent;
         let end = right.iter().max().copied().unwrap_or(t0);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let tally = counters.tally().since(before);
+        let tally = runner.tally().since(before);
         let node_bytes = Some(sample_node_bytes(client, n).await?);
         report.phases.push(PhaseResult {
             name: name.into(),

@@ -344,7 +344,6 @@ async fn operator_phases(
     let n = args.nodes;
     let flips = flip_concurrency(args);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    let (settle_quiet, settle_max) = (SETTLE_QUIET, SETTLE_MAX);
     // Read within milliseconds of the operator's start: no watch of its is old
     // enough to have been closed yet.
     let mut apiserver_before = apiserver_counters(client).await?;
@@ -355,7 +354,7 @@ async fn operator_phases(
     let right = observer.wait_all_right(timeout).await?;
     let cold_to_right = with_operator(probes.since(&cold_cpu), op.sample().cpu_secs);
     let end = right.iter().max().copied().unwrap_or(t0);
-    let m_cold = op.settle(settle_quiet, settle_max).await?;
+    let m_cold = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
     let s = op.sample();
     report.phases.push(PhaseResult {
         name: "cold start".into(),
@@ -405,10 +404,10 @@ async fn operator_phases(
             .await?;
             op.relaunch()?;
             wait_ready(op).await?;
-            op.wait_reconciled(n, settle_max).await?;
+            op.wait_reconciled(n, SETTLE_MAX).await?;
             // The new process's counters start at zero; its start-up (lists,
             // watches, no-op reconciles) is not the next phase's work.
-            before = op.settle(settle_quiet, settle_max).await?;
+            before = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
         }
         let name = &round_name(kind, round);
         eprintln!("scale: operator {name} phase");
@@ -478,7 +477,7 @@ async fn operator_phases(
             probes.since(&others_before),
             op.sample().cpu_secs - cpu_before,
         );
-        let after = op.settle(settle_quiet, settle_max).await?;
+        let after = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
         let d = after.minus(&before);
         let s = op.sample();
         // Read once the operator has settled: every write's line is in the log.

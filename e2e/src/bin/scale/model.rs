@@ -247,11 +247,7 @@ fn expected(defs: &[PolicyDef], i: usize, w: World) -> BTreeSet<String> {
         .map(|d| d.taint.clone())
         .collect();
     if w.paired && w.baseline_fault && !operator_side(i) {
-        taints.extend(
-            defs.iter()
-                .filter(|d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&group_of(i))))
-                .map(|d| paired_key(&d.taint)),
-        );
+        taints.extend(faults_of_group(defs, group_of(i)).map(|d| paired_key(&d.taint)));
     }
     taints
 }
@@ -289,13 +285,14 @@ pub(crate) fn standing_taints(defs: &[PolicyDef]) -> Vec<Taint> {
 /// Per group, the taints the fault policies put on its nodes while they are faulty.
 pub(crate) fn fault_taints_by_group(defs: &[PolicyDef]) -> Vec<Vec<Taint>> {
     (0..GROUPS)
-        .map(|g| {
-            defs.iter()
-                .filter(|d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&g)))
-                .map(policy_taint)
-                .collect()
-        })
+        .map(|g| faults_of_group(defs, g).map(policy_taint).collect())
         .collect()
+}
+
+/// The fault policies whose node selector takes nodes of group `g`.
+fn faults_of_group(defs: &[PolicyDef], g: usize) -> impl Iterator<Item = &PolicyDef> {
+    defs.iter()
+        .filter(move |d| matches!(&d.kind, Kind::Fault(groups) if groups.contains(&g)))
 }
 
 /// A fault policy's taint key renamed for the baseline's half of a paired phase:

@@ -116,7 +116,6 @@ pub(crate) async fn paired_rounds(
             kind: kind.into(),
             change_secs,
             observer_events: observer.events() - events_before,
-            other_cpu: probes.since(&others_before),
             node_bytes,
             ..PhaseResult::default()
         };
@@ -125,6 +124,7 @@ pub(crate) async fn paired_rounds(
         report.phases.push(PhaseResult {
             runner: "operator".into(),
             cpu_to_right,
+            other_cpu: probes.since(&others_before),
             node_writes: d.node_writes,
             conflicts: d.node_write_conflicts,
             requests: d,
@@ -139,7 +139,6 @@ pub(crate) async fn paired_rounds(
             node_writes: tally.patches as f64,
             conflicts: tally.conflicts as f64,
             requests: tally.requests(),
-            other_cpu: Default::default(),
             ..observed.half(false, &base_written, common)
         });
         before = after;

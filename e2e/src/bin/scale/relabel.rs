@@ -7,6 +7,10 @@
 //! way into groups of the two runners' sizes (a permutation test) shows the ratios
 //! that identical runners would give on these very rounds: a PASS or MISS inside
 //! that band says little about the runners.
+//!
+//! Paired rounds (both runners in the same phase, `paired`) give one ratio per
+//! round instead; their band comes from inverting some rounds' ratios
+//! (`sign_flip_band`).
 
 use crate::phase::median;
 

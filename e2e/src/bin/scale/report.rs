@@ -1208,6 +1208,17 @@ mod tests {
     }
 
     #[test]
+    fn a_calibration_run_says_so_in_the_report() {
+        let mut r = report(1_000, taint_rounds());
+        let flag = "calibration run: the baseline waited";
+        assert!(!r.markdown().contains(flag));
+        assert_eq!(r.json()["baseline_write_delay_ms"], 0);
+        r.args.baseline_write_delay_ms = 100;
+        assert!(r.markdown().contains(&format!("{flag} 100 ms")));
+        assert_eq!(r.json()["baseline_write_delay_ms"], 100);
+    }
+
+    #[test]
     fn ratio_goals_say_what_identical_runners_would_show() {
         let r = report(5_000, taint_rounds());
         let t = r.targets();
