@@ -139,7 +139,11 @@ pub struct TaintPolicySpec {
 
 /// `spec.eviction`: the steps a NoExecute taint takes on a node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
-#[x_kube(crates(kube_core = "::kube_core"))]
+#[x_kube(
+    crates(kube_core = "::kube_core"),
+    validation = Rule::new("!has(self.zoneSettle) || has(self.pauseWhenZoneUnhealthy)")
+        .message("spec.eviction.zoneSettle applies only with spec.eviction.pauseWhenZoneUnhealthy")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Eviction {
     /// Evict the pods that would not tolerate the taint through the Eviction API
@@ -173,6 +177,18 @@ pub struct Eviction {
     #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|(100|[1-9]?[0-9])%)$')")
         .message("spec.eviction.pauseWhenZoneUnhealthy must be a non-negative integer or a percentage from 0% to 100%"))]
     pub pause_when_zone_unhealthy: Option<IntOrString>,
+
+    /// With `pauseWhenZoneUnhealthy`: a zone is judged once its matching share has
+    /// not changed for this long (a Go duration, default `5s`); until then no node of
+    /// the zone starts draining or switches to NoExecute. `0s` judges at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('1h')")
+        .message("must be at most 1h"))]
+    pub zone_settle: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]

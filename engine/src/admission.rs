@@ -10,8 +10,7 @@
 use taint_operator_crd::{TaintEffect, TaintPolicy};
 
 use crate::{
-    cluster_plan::PolicySummary,
-    policy::{CompiledPolicy, InvalidSpec},
+    cluster_plan::PolicySummary, invalid_spec::InvalidSpec, policy::CompiledPolicy,
     policy_set::PolicySet,
 };
 
@@ -21,6 +20,10 @@ pub const STARTUP_PREFIXES: [&str; 2] = [
     "startup-taint.cluster-autoscaler.kubernetes.io/",
     "readiness.k8s.io/",
 ];
+
+/// Kubernetes' taint for a node that is shut down for good (non-graceful node
+/// shutdown): its pods are deleted and their volumes detached at once.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 
 /// How many tainted node names the impact warning lists, at most.
 pub const IMPACT_NAMES: usize = 5;
@@ -53,7 +56,9 @@ pub fn warnings(set: &PolicySet, i: usize, summary: Option<&PolicySummary>) -> V
     };
     if rules.eviction.is_none() {
         for (n, t) in p.taints.iter().enumerate() {
-            if t.effect == TaintEffect::NoExecute {
+            // The node is gone: nothing runs there to drain, and the taint exists
+            // so that its pods are deleted at once.
+            if t.effect == TaintEffect::NoExecute && t.key != OUT_OF_SERVICE_TAINT {
                 out.push(format!(
                     "spec.taints[{n}] ({}:NoExecute) has no spec.eviction: every pod that does not tolerate it is deleted at once, whatever its PodDisruptionBudget says; add spec.eviction to drain first",
                     t.key

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use taint_operator_crd::Mode;
 
 use crate::{
     cluster::{Namespace, NodeCondition, NodePods, NodeView, PodIndex, PodView},
+    duration::add,
     policy::{CompiledCondition, CompiledPolicy, Readiness},
     policy_set::PolicySet,
     selector::LabelValue,
@@ -573,6 +574,34 @@ impl ConditionState {
     }
 }
 
+/// The latest moment `policy`'s matchers may have changed their answer on `node`:
+/// the last transition of each condition they read (or when it went stale), and
+/// the end of the `for` window of each that matches (which may lie ahead). A
+/// zone's matching share moves only at such moments, so the latest over its nodes
+/// is when the share last moved. `None`: no condition they read has a time.
+pub fn matchers_changed_at(
+    policy: &CompiledPolicy,
+    node: &NodeView,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let rules = policy.rules.as_ref().ok()?;
+    rules
+        .matchers
+        .iter()
+        .flatten()
+        .filter_map(|c| {
+            let nc = node.condition(&c.type_)?;
+            let since = Reading::of(nc, c.stale_after, now).since;
+            let window_end = match ConditionState::of(c, Some(nc), now) {
+                ConditionState::Waiting { ends, .. } => Some(ends),
+                ConditionState::Matches => c.for_.zip(since).map(|(w, t)| add(t, w)),
+                _ => None,
+            };
+            since.max(window_end)
+        })
+        .max()
+}
+
 /// `found[k]`: the node's condition of the type `group[k]` reads.
 fn match_group<'n>(
     group: &[CompiledCondition],
@@ -615,13 +644,6 @@ fn match_group<'n>(
     } else {
         format!("conditions {} matched", parts.join(" and "))
     }))
-}
-
-fn add(t: Timestamp, d: Duration) -> Timestamp {
-    SignedDuration::try_from(d)
-        .ok()
-        .and_then(|d| t.checked_add(d).ok())
-        .unwrap_or(Timestamp::MAX)
 }
 
 fn human(d: Duration) -> String {

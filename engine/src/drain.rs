@@ -14,109 +14,20 @@
 //! `pace`. The controller does the evictions and keeps its paces between
 //! reconciles; `plan` and the status writer make fresh ones from the nodes.
 
-use std::time::Duration;
-
 use k8s_openapi::{
     api::core::v1::{Pod, Taint, Toleration},
-    apimachinery::pkg::util::intstr::IntOrString,
-    jiff::{SignedDuration, Timestamp},
+    jiff::Timestamp,
 };
-use taint_operator_crd::{Eviction, PolicyTaint, TaintEffect, ZONE_LABEL};
+use taint_operator_crd::{PolicyTaint, TaintEffect, ZONE_LABEL};
 
 use crate::{
     cluster::{NodeView, PodIndex},
-    decision::NodeFacts,
-    duration::parse_go_duration,
+    decision::{NodeFacts, matchers_changed_at},
+    eviction_rules::{EvictionRules, ZoneHealth, ZoneState},
     labels::NodeLabels,
     ownership::{DrainStarts, ManagedTaints, taint_id},
-    policy::InvalidSpec,
     policy_set::PolicySet,
 };
-
-/// `spec.eviction`, compiled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictionRules {
-    pub respect_budgets: bool,
-    pub drain_timeout: Option<Duration>,
-    /// As written, for messages.
-    pub drain_timeout_source: Option<String>,
-    pub nodes_per_minute: Option<u32>,
-    pub zone_pause: Option<IntOrString>,
-}
-
-impl EvictionRules {
-    pub fn compile(e: &Eviction) -> Result<Self, InvalidSpec> {
-        let drain_timeout = match &e.drain_timeout {
-            None => None,
-            Some(d) => Some(parse_go_duration(d).ok_or_else(|| InvalidSpec {
-                field: "spec.eviction.drainTimeout".into(),
-                message: format!(
-                    "invalid duration {d:?}: use a Go duration such as 10m or 1h30m, at most 2562047h"
-                ),
-            })?),
-        };
-        let nodes_per_minute = match e.nodes_per_minute {
-            None => None,
-            Some(n) if n >= 1 => Some(n as u32),
-            Some(n) => {
-                return Err(InvalidSpec {
-                    field: "spec.eviction.nodesPerMinute".into(),
-                    message: format!("must be at least 1, not {n}"),
-                });
-            }
-        };
-        if let Some(share) = &e.pause_when_zone_unhealthy
-            && parse_share(share).is_none()
-        {
-            return Err(InvalidSpec {
-                field: "spec.eviction.pauseWhenZoneUnhealthy".into(),
-                message: "must be a non-negative integer or a percentage from 0% to 100%".into(),
-            });
-        }
-        Ok(EvictionRules {
-            respect_budgets: e.respect_disruption_budgets.unwrap_or(true),
-            drain_timeout,
-            drain_timeout_source: e.drain_timeout.clone(),
-            nodes_per_minute,
-            zone_pause: e.pause_when_zone_unhealthy.clone(),
-        })
-    }
-
-    /// The time between two paced steps in one zone: `60 s / nodesPerMinute`.
-    pub fn interval(&self) -> Option<Duration> {
-        self.nodes_per_minute
-            .map(|n| Duration::from_secs(60) / n.max(1))
-    }
-
-    /// True when a zone where `matched` of `selected` nodes match the matchers is
-    /// unhealthy: more than `pauseWhenZoneUnhealthy` of them.
-    pub fn zone_held(&self, matched: usize, selected: usize) -> bool {
-        match self.zone_pause.as_ref().and_then(parse_share) {
-            None => false,
-            Some(Share::Count(n)) => matched > n,
-            Some(Share::Percent(p)) => matched * 100 > selected * p,
-        }
-    }
-}
-
-enum Share {
-    Count(usize),
-    Percent(usize),
-}
-
-fn parse_share(share: &IntOrString) -> Option<Share> {
-    match share {
-        IntOrString::Int(n) => usize::try_from(*n).ok().map(Share::Count),
-        IntOrString::String(s) => match s.strip_suffix('%') {
-            Some(p) => p
-                .parse::<usize>()
-                .ok()
-                .filter(|p| *p <= 100)
-                .map(Share::Percent),
-            None => s.parse().ok().map(Share::Count),
-        },
-    }
-}
 
 /// The zone a node is paced and held in: its `topology.kubernetes.io/zone` label;
 /// nodes without it form one zone, `""`.
@@ -247,8 +158,12 @@ pub enum Wait {
     StartSlot(Timestamp),
     /// Pods still in the way; `drainTimeout` (if any) ends the wait then.
     Evictions { timeout: Option<Timestamp> },
-    /// Too many of its zone's nodes match: no switch there until they heal.
+    /// Too many of its zone's nodes match: no drain starts or switches there
+    /// until they heal.
     ZoneHeld,
+    /// Its zone's matching share moved less than `zoneSettle` ago: the zone is
+    /// judged at this time.
+    ZoneSettling(Timestamp),
     /// Its turn to switch to NoExecute in its zone.
     SwitchSlot(Timestamp),
 }
@@ -258,7 +173,7 @@ impl Wait {
     /// something changes (pods leave, the zone heals).
     pub fn until(self) -> Option<Timestamp> {
         match self {
-            Wait::StartSlot(t) | Wait::SwitchSlot(t) => Some(t),
+            Wait::StartSlot(t) | Wait::SwitchSlot(t) | Wait::ZoneSettling(t) => Some(t),
             Wait::Evictions { timeout } => timeout,
             Wait::ZoneHeld => None,
         }
@@ -280,9 +195,9 @@ pub struct GateFacts<'f> {
     pub paced: bool,
     /// Every pod in the way is gone, terminating, or its eviction was accepted.
     pub evicted: bool,
-    /// Whether the node's zone is held ([`EvictionRules::zone_held`]); asked only
-    /// when nothing before it holds the switch back, as it may read every node.
-    pub zone_held: &'f dyn Fn() -> bool,
+    /// How the node's zone stands ([`EvictionRules::zone_state`]); asked only with
+    /// `pauseWhenZoneUnhealthy`, as it may read every node of the zone.
+    pub zone: &'f dyn Fn() -> ZoneState,
 }
 
 /// What a node that wants policy `rules`'s taints, at `step`, may do now. `pace`
@@ -297,9 +212,19 @@ pub fn gate(
     pace: &mut dyn FnMut(PaceKind) -> Timestamp,
 ) -> Gated {
     let paced = facts.paced && rules.interval().is_some();
+    // A zone that is settling or held starts nothing, evicts nothing and switches
+    // nothing: the node keeps the NoSchedule stand-in meanwhile.
+    let zone_wait = || match rules.zone_pause.as_ref().map(|_| (facts.zone)()) {
+        Some(ZoneState::Held) => Some(Wait::ZoneHeld),
+        Some(ZoneState::Settling { until }) => Some(Wait::ZoneSettling(until)),
+        Some(ZoneState::Open) | None => None,
+    };
     match step {
         DrainStep::Switched => Gated::default(),
         DrainStep::Idle | DrainStep::Waiting => {
+            if let Some(wait) = zone_wait() {
+                return closed(wait);
+            }
             // Without evictions there is nothing to pace at the start: the switch is paced.
             if !(rules.respect_budgets && paced) {
                 return open(DrainGate {
@@ -318,13 +243,13 @@ pub fn gate(
             }
         }
         DrainStep::Draining { since } => {
+            if let Some(wait) = zone_wait() {
+                return closed(wait);
+            }
             let timeout = rules.drain_timeout.map(|d| add(since, d));
             let timed_out = timeout.is_some_and(|t| t <= now);
             if rules.respect_budgets && !facts.evicted && !timed_out {
                 return closed(Wait::Evictions { timeout });
-            }
-            if (facts.zone_held)() {
-                return closed(Wait::ZoneHeld);
             }
             if paced {
                 let slot = pace(PaceKind::Switch);
@@ -351,12 +276,7 @@ fn closed(wait: Wait) -> Gated {
     }
 }
 
-pub fn add(t: Timestamp, d: Duration) -> Timestamp {
-    SignedDuration::try_from(d)
-        .ok()
-        .and_then(|d| t.checked_add(d).ok())
-        .unwrap_or(Timestamp::MAX)
-}
+pub use crate::duration::add;
 
 /// The latest drain start and switch policy `i` recorded on `node`: its
 /// drain-start record, and the `timeAdded` of the NoExecute taints it owns there.
@@ -381,9 +301,10 @@ pub fn history(set: &PolicySet, i: usize, node: &NodeView) -> [Option<Timestamp>
     [start, switch]
 }
 
-/// Policy `i`'s health in `zone`: how many of the zone's selected `nodes` its
-/// matchers match, and how many it selects. For a caller that holds no whole-cluster
-/// plan (the controller asks when a node of the zone is about to switch).
+/// Policy `i`'s health in `zone`, read from the zone's `nodes`: how many of its
+/// selected nodes the matchers match, and when any of their answers last moved.
+/// For a caller that holds no whole-cluster plan (the controller asks when a node
+/// of the zone is about to take a drain step).
 pub fn zone_health<'n>(
     set: &PolicySet,
     i: usize,
@@ -391,9 +312,9 @@ pub fn zone_health<'n>(
     nodes: impl IntoIterator<Item = &'n NodeView>,
     pods: &PodIndex,
     now: Timestamp,
-) -> (usize, usize) {
+) -> ZoneHealth {
     let mut facts: Option<NodeFacts> = None;
-    let (mut matched, mut selected) = (0, 0);
+    let mut health = ZoneHealth::default();
     for node in nodes.into_iter().filter(|n| zone_of(&n.labels) == zone) {
         let facts = match &mut facts {
             Some(f) => {
@@ -403,10 +324,12 @@ pub fn zone_health<'n>(
             None => facts.insert(NodeFacts::new(set, pods, node)),
         };
         let v = facts.verdict(i, now, &mut None);
-        selected += usize::from(v.selected);
-        matched += usize::from(v.selected && v.matched);
+        if v.selected {
+            let changed = matchers_changed_at(&set.policies[i], node, now);
+            health.count(v.matched, changed);
+        }
     }
-    (matched, selected)
+    health
 }
 
 /// The latest [`history`] of policy `i` over the nodes of `zone`.
@@ -560,61 +483,21 @@ mod tests {
         EvictionRules::compile(&serde_json::from_value(json).unwrap()).unwrap()
     }
 
-    #[test]
-    fn the_share_is_more_than_a_count_or_a_percentage() {
-        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": "50%"}));
-        assert!(!r.zone_held(2, 4));
-        assert!(r.zone_held(3, 4));
-        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": 2}));
-        assert!(!r.zone_held(2, 100));
-        assert!(r.zone_held(3, 100));
-        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": "0%"}));
-        assert!(!r.zone_held(0, 4) && r.zone_held(1, 4));
-        assert!(!rules(serde_json::json!({})).zone_held(4, 4));
-    }
-
-    #[test]
-    fn bad_fields_are_named() {
-        let bad =
-            |json| EvictionRules::compile(&serde_json::from_value(json).unwrap()).unwrap_err();
-        assert_eq!(
-            bad(serde_json::json!({"drainTimeout": "soon"})).field,
-            "spec.eviction.drainTimeout"
-        );
-        assert_eq!(
-            bad(serde_json::json!({"nodesPerMinute": 0})).field,
-            "spec.eviction.nodesPerMinute"
-        );
-        assert_eq!(
-            bad(serde_json::json!({"pauseWhenZoneUnhealthy": "120%"})).field,
-            "spec.eviction.pauseWhenZoneUnhealthy"
-        );
-    }
-
-    #[test]
-    fn defaults_respect_budgets_and_pace_nothing() {
-        let r = rules(serde_json::json!({}));
-        assert!(r.respect_budgets);
-        assert_eq!(r.interval(), None);
-        assert_eq!(
-            rules(serde_json::json!({"nodesPerMinute": 6})).interval(),
-            Some(Duration::from_secs(10))
-        );
-    }
-
-    fn facts(paced: bool, evicted: bool, zone_held: bool) -> GateFacts<'static> {
+    fn facts(paced: bool, evicted: bool, zone: ZoneState) -> GateFacts<'static> {
         GateFacts {
             paced,
             evicted,
-            zone_held: if zone_held { &|| true } else { &|| false },
+            zone: Box::leak(Box::new(move || zone)),
         }
     }
 
     #[test]
-    fn the_gate_walks_start_evictions_zone_and_pace_in_that_order() {
+    fn the_gate_walks_zone_start_evictions_and_pace_in_that_order() {
         let now = t("2026-11-20T12:00:00Z");
         let later = t("2026-11-20T12:00:10Z");
-        let r = rules(serde_json::json!({"nodesPerMinute": 6, "drainTimeout": "5m"}));
+        let r = rules(serde_json::json!({
+            "nodesPerMinute": 6, "drainTimeout": "5m", "pauseWhenZoneUnhealthy": "50%"
+        }));
         let mut asked = Vec::new();
         let at = |slot: Timestamp| {
             move |k: PaceKind| {
@@ -626,7 +509,7 @@ mod tests {
         let g = gate(
             &r,
             DrainStep::Idle,
-            facts(true, false, false),
+            facts(true, false, ZoneState::Open),
             now,
             &mut at(later),
         );
@@ -636,7 +519,7 @@ mod tests {
         let g = gate(
             &r,
             DrainStep::Waiting,
-            facts(true, false, false),
+            facts(true, false, ZoneState::Open),
             now,
             &mut at(now),
         );
@@ -645,7 +528,7 @@ mod tests {
         let g = gate(
             &r,
             DrainStep::Idle,
-            facts(false, false, false),
+            facts(false, false, ZoneState::Open),
             now,
             &mut at(later),
         );
@@ -659,7 +542,7 @@ mod tests {
         let g = gate(
             &r,
             DrainStep::Draining { since },
-            facts(true, false, false),
+            facts(true, false, ZoneState::Open),
             now,
             &mut record,
         );
@@ -670,20 +553,22 @@ mod tests {
             })
         );
         assert!(asked.is_empty());
-        // Evicted, zone held.
-        let g = gate(
-            &r,
-            DrainStep::Draining { since },
-            facts(true, true, true),
-            now,
-            &mut at(now),
-        );
-        assert_eq!(g.wait, Some(Wait::ZoneHeld));
+        // Zone held, whether the pods are gone or not: nothing moves, nothing is asked.
+        for evicted in [true, false] {
+            let g = gate(
+                &r,
+                DrainStep::Draining { since },
+                facts(true, evicted, ZoneState::Held),
+                now,
+                &mut |_| panic!("no pace is asked while the zone is held"),
+            );
+            assert_eq!(g.wait, Some(Wait::ZoneHeld));
+        }
         // Evicted, its turn later.
         let g = gate(
             &r,
             DrainStep::Draining { since },
-            facts(true, true, false),
+            facts(true, true, ZoneState::Open),
             now,
             &mut at(later),
         );
@@ -693,7 +578,7 @@ mod tests {
         let g = gate(
             &r,
             DrainStep::Draining { since: long_ago },
-            facts(true, false, false),
+            facts(true, false, ZoneState::Open),
             now,
             &mut at(now),
         );
@@ -703,7 +588,7 @@ mod tests {
             gate(
                 &r,
                 DrainStep::Switched,
-                facts(true, true, false),
+                facts(true, true, ZoneState::Open),
                 now,
                 &mut at(now)
             ),
@@ -718,18 +603,86 @@ mod tests {
         let r = rules(serde_json::json!({"respectDisruptionBudgets": false, "nodesPerMinute": 6}));
         let mut at = |_: PaceKind| later;
         assert!(
-            gate(&r, DrainStep::Idle, facts(true, false, false), now, &mut at)
+            gate(
+                &r,
+                DrainStep::Idle,
+                facts(true, false, ZoneState::Open),
+                now,
+                &mut at
+            )
+            .gate
+            .start
+        );
+        let g = gate(
+            &r,
+            DrainStep::Draining { since: now },
+            facts(true, false, ZoneState::Open),
+            now,
+            &mut at,
+        );
+        assert_eq!(g.wait, Some(Wait::SwitchSlot(later)));
+    }
+
+    #[test]
+    fn a_settling_or_held_zone_starts_nothing_and_evicts_nothing() {
+        let now = t("2026-11-20T12:00:00Z");
+        let settled = t("2026-11-20T12:00:04Z");
+        let r = rules(serde_json::json!({"pauseWhenZoneUnhealthy": "50%"}));
+        let mut never =
+            |_: PaceKind| -> Timestamp { panic!("no pace is asked while the zone waits") };
+        for step in [
+            DrainStep::Idle,
+            DrainStep::Waiting,
+            DrainStep::Draining { since: now },
+        ] {
+            let settling = ZoneState::Settling { until: settled };
+            let g = gate(&r, step, facts(true, false, settling), now, &mut never);
+            assert_eq!(g, closed(Wait::ZoneSettling(settled)), "{step:?}");
+            assert_eq!(g.wait.and_then(Wait::until), Some(settled));
+            let g = gate(
+                &r,
+                step,
+                facts(true, true, ZoneState::Held),
+                now,
+                &mut never,
+            );
+            assert_eq!(g, closed(Wait::ZoneHeld), "{step:?}");
+        }
+        // Judged open: the drain starts, and a drained node switches.
+        let mut now_slot = |_: PaceKind| now;
+        let open_zone = facts(true, true, ZoneState::Open);
+        assert!(
+            gate(&r, DrainStep::Idle, open_zone, now, &mut now_slot)
                 .gate
                 .start
         );
         let g = gate(
             &r,
             DrainStep::Draining { since: now },
-            facts(true, false, false),
+            open_zone,
             now,
-            &mut at,
+            &mut now_slot,
         );
-        assert_eq!(g.wait, Some(Wait::SwitchSlot(later)));
+        assert!(g.gate.switch);
+    }
+
+    #[test]
+    fn without_a_zone_pause_the_zone_is_never_read() {
+        let now = t("2026-11-20T12:00:00Z");
+        let r = rules(serde_json::json!({}));
+        let unread = GateFacts {
+            paced: true,
+            evicted: true,
+            zone: &|| panic!("the zone is read only with pauseWhenZoneUnhealthy"),
+        };
+        let g = gate(
+            &r,
+            DrainStep::Draining { since: now },
+            unread,
+            now,
+            &mut |_| now,
+        );
+        assert!(g.gate.switch);
     }
 
     fn toleration(

@@ -16,8 +16,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     cluster::NodeView,
-    decision::Verdict,
+    decision::{Verdict, matchers_changed_at},
     drain::{self, DrainStep, GateFacts, Gated, PaceKind, Wait},
+    eviction_rules::ZoneHealth,
     pace::Pacer,
     policy_set::PolicySet,
 };
@@ -30,8 +31,8 @@ pub struct ClusterDrains<'a> {
     now: Timestamp,
     /// Active policies with `spec.eviction` and something to drain.
     evicting: Vec<usize>,
-    /// Per zone: selected nodes whose matchers match, and selected nodes.
-    health: HashMap<Zone<'a>, (usize, usize)>,
+    /// Per zone: what judging it reads (with `pauseWhenZoneUnhealthy` only).
+    health: HashMap<Zone<'a>, ZoneHealth>,
     /// Per zone and kind: the latest step the nodes record.
     history: HashMap<(Zone<'a>, PaceKind), Timestamp>,
     pacers: RefCell<HashMap<(Zone<'a>, PaceKind), Pacer>>,
@@ -81,9 +82,11 @@ impl<'a> ClusterDrains<'a> {
         for &i in &self.evicting {
             let rules = drain::rules_of(self.set, i).expect("an evicting policy");
             if rules.zone_pause.is_some() && row[i].selected {
-                let counts = self.health.entry((i, zone)).or_default();
-                counts.0 += usize::from(row[i].matched);
-                counts.1 += 1;
+                let changed = matchers_changed_at(&self.set.policies[i], node, self.now);
+                self.health
+                    .entry((i, zone))
+                    .or_default()
+                    .count(row[i].matched, changed);
             }
             if rules.interval().is_some() {
                 let [start, switch] = drain::history(self.set, i, node);
@@ -114,8 +117,8 @@ impl<'a> ClusterDrains<'a> {
         let mut held: Vec<_> = self
             .health
             .iter()
-            .filter(|((j, _), (matched, selected))| *j == i && rules.zone_held(*matched, *selected))
-            .map(|((_, zone), (matched, selected))| (zone.to_string(), *matched, *selected))
+            .filter(|((j, _), h)| *j == i && rules.zone_held(h.matched, h.selected))
+            .map(|((_, zone), h)| (zone.to_string(), h.matched, h.selected))
             .collect();
         held.sort();
         held
@@ -128,12 +131,12 @@ impl<'a> ClusterDrains<'a> {
             return Gated::default();
         };
         let zone = drain::zone_of(&node.labels);
-        let (matched, selected) = self.health.get(&(i, zone)).copied().unwrap_or_default();
-        let zone_held = || rules.zone_held(matched, selected);
+        let health = self.health.get(&(i, zone)).copied().unwrap_or_default();
+        let zone_state = || rules.zone_state(&health, self.now);
         let facts = GateFacts {
             paced: v.capped(),
             evicted,
-            zone_held: &zone_held,
+            zone: &zone_state,
         };
         let step = drain::step(self.set, i, node);
         let interval = rules.interval().unwrap_or(Duration::ZERO);

@@ -2,9 +2,19 @@
 
 use std::time::Duration;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 /// The longest duration Go can hold (`math.MaxInt64` nanoseconds, about 2562047h):
 /// the CRD refuses longer `for` windows, and so does the operator.
 pub const MAX_GO_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// `t + d`, saturating at the latest time there is.
+pub fn add(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
 
 /// Parses a Go duration. Returns `None` for anything the CRD would refuse:
 /// malformed, or longer than [`MAX_GO_DURATION`].

@@ -392,6 +392,9 @@ fn explain_drain(
         (_, Some(Wait::ZoneHeld)) => Some(format!(
             "zone {zone_name} to heal: too many of its nodes match (pauseWhenZoneUnhealthy)"
         )),
+        (_, Some(Wait::ZoneSettling(at))) => Some(format!(
+            "zone {zone_name} to settle: its matching share moved less than zoneSettle ago; judged at {at}"
+        )),
         (_, Some(Wait::Evictions { .. })) => Some(match &pods {
             Some(pods) => format!("{} pod(s) in the way to be evicted", pods.len()),
             None => "the pods in the way to be evicted".to_string(),

@@ -19,6 +19,7 @@ use crate::{
     cluster::NodeView,
     decision::Verdict,
     drain::{self, DrainStep, GateFacts, Gated, PaceKind, add},
+    eviction_rules::ZoneState,
     policy_set::PolicySet,
 };
 
@@ -103,7 +104,7 @@ pub struct Paces {
 
 impl Paces {
     /// Policy `i`'s drain gate on `node`, whose verdict is `v`. `evicted`: the pods
-    /// in the way are gone; `zone_held` reads the zone's health (only when it
+    /// in the way are gone; `zone` reads how the node's zone stands (only when it
     /// matters); `nodes` are every node, for a new pace's history.
     #[allow(clippy::too_many_arguments)]
     pub fn gate<'n>(
@@ -113,7 +114,7 @@ impl Paces {
         node: &NodeView,
         v: Verdict,
         evicted: bool,
-        zone_held: &dyn Fn() -> bool,
+        zone_state: &dyn Fn() -> ZoneState,
         nodes: &dyn Fn() -> Vec<&'n NodeView>,
         now: Timestamp,
     ) -> Gated {
@@ -155,7 +156,7 @@ impl Paces {
         let facts = GateFacts {
             paced: v.capped(),
             evicted,
-            zone_held,
+            zone: zone_state,
         };
         let gated = drain::gate(rules, step, facts, now, &mut pace);
         if let Some(key) = taken_now
@@ -275,7 +276,7 @@ mod tests {
             let mut paces = Paces::default();
             let t0 = now();
             let gate = |l: &mut Paces, n: &NodeView, at| {
-                l.gate(&set, 0, n, verdict(), true, &|| false, &all, at)
+                l.gate(&set, 0, n, verdict(), true, &|| ZoneState::Open, &all, at)
             };
             assert!(gate(&mut paces, &a, t0).gate.switch);
             // The same reconcile plans again after a conflict: still its turn.
@@ -296,7 +297,7 @@ mod tests {
             let mut paces = Paces::default();
             let t0 = now();
             let mut gate = |n: &NodeView| {
-                let g = paces.gate(&set, 0, n, verdict(), true, &|| false, &all, t0);
+                let g = paces.gate(&set, 0, n, verdict(), true, &|| ZoneState::Open, &all, t0);
                 paces.settle(&n.name);
                 g.wait.and_then(|w| w.until())
             };
@@ -306,7 +307,7 @@ mod tests {
             // b healed: its reconcile asks nothing, and its turn is released.
             paces.settle("a2");
             let mut paces2 = paces;
-            let g = paces2.gate(&set, 0, &c, verdict(), true, &|| false, &all, t0);
+            let g = paces2.gate(&set, 0, &c, verdict(), true, &|| ZoneState::Open, &all, t0);
             assert_eq!(g.wait.and_then(|w| w.until()), Some(plus(t0, 20)));
         }
 
@@ -325,7 +326,16 @@ mod tests {
             let b = draining("a2");
             let all = || vec![&switched, &b];
             let mut paces = Paces::default();
-            let g = paces.gate(&set, 0, &b, verdict(), true, &|| false, &all, now());
+            let g = paces.gate(
+                &set,
+                0,
+                &b,
+                verdict(),
+                true,
+                &|| ZoneState::Open,
+                &all,
+                now(),
+            );
             assert_eq!(g.wait.and_then(|w| w.until()), Some(plus(now(), 6)));
         }
     }

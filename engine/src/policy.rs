@@ -10,19 +10,12 @@ use regex::Regex;
 use taint_operator_crd::{Mode, PolicyTaint, TaintPolicy};
 
 use crate::{
-    drain::EvictionRules,
     duration::parse_go_duration,
+    eviction_rules::EvictionRules,
+    invalid_spec::InvalidSpec,
     ownership::taint_id,
     selector::{Selector, check, selector_string},
 };
-
-/// Why a policy cannot be applied, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct InvalidSpec {
-    pub field: String,
-    pub message: String,
-}
 
 /// An anchored status or reason pattern: the whole string must match.
 ///

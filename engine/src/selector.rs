@@ -2,7 +2,7 @@
 
 use taint_operator_crd::{LabelSelector, SelectorOperator};
 
-use crate::{labels::LabelMap, short_str::same};
+use crate::{invalid_spec::InvalidSpec, labels::LabelMap, short_str::same};
 
 /// A selector ready to match label maps. An empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -15,8 +15,8 @@ pub struct Selector {
 /// that is not a label value, at `field` (`spec.nodeSelector.matchLabels`, ...).
 /// A critical-pod selector is sent to the API server in a pod watch, which would
 /// refuse it; a node selector with such a label could never match.
-pub fn check(selector: &LabelSelector, field: &str) -> Result<(), crate::policy::InvalidSpec> {
-    let bad = |field: String, message: String| Err(crate::policy::InvalidSpec { field, message });
+pub fn check(selector: &LabelSelector, field: &str) -> Result<(), InvalidSpec> {
+    let bad = |field: String, message: String| Err(InvalidSpec { field, message });
     for (k, v) in &selector.match_labels {
         if !is_label_key(k) {
             return bad(

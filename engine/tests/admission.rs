@@ -244,6 +244,28 @@ fn no_execute_without_eviction_and_readiness_without_a_startup_prefix_are_warned
     assert!(warnings(&set, i, None).is_empty());
 }
 
+/// `node.kubernetes.io/out-of-service` marks a node that is gone: nothing runs there
+/// to drain, and its pods are meant to go at once, so it needs no spec.eviction.
+#[test]
+fn the_out_of_service_taint_needs_no_eviction() {
+    let p = policy("spot")
+        .taint(
+            "node.kubernetes.io/out-of-service",
+            "nodeshutdown",
+            NoExecute,
+        )
+        .taint("example.com/gone", "", NoExecute)
+        .matcher([cond("SpotInterruption", "True")])
+        .build();
+    let (set, i) = set_with(&[], &p);
+    assert_eq!(
+        warnings(&set, i, None),
+        [
+            "spec.taints[1] (example.com/gone:NoExecute) has no spec.eviction: every pod that does not tolerate it is deleted at once, whatever its PodDisruptionBudget says; add spec.eviction to drain first",
+        ]
+    );
+}
+
 #[test]
 fn every_warning_fits_what_the_api_server_keeps() {
     let long = "n".repeat(200);

@@ -7,6 +7,8 @@
 //! - never NoExecute before the drain allows it (the drain started, and its pods
 //!   are gone, or budgets are not respected, or its timeout passed; and its zone
 //!   is not held);
+//! - with `pauseWhenZoneUnhealthy`, no drain starts and no switch comes in a zone
+//!   less than `zoneSettle` after one of its nodes flipped;
 //! - never two paced steps of one kind in one zone less than `60 s /
 //!   nodesPerMinute` apart (so never more than nodesPerMinute a minute);
 //! - foreign taints untouched, no two taints with one key and effect;
@@ -36,6 +38,8 @@ struct Spec {
     per_minute: Option<i32>,
     timeout_secs: Option<u32>,
     zone_pause: Option<u32>,
+    /// `zoneSettle` in seconds (with `zone_pause`); `None`: the default, 5 s.
+    zone_settle: Option<u32>,
     /// Also declares `KEY:NoSchedule` itself.
     declares_no_schedule: bool,
 }
@@ -70,15 +74,19 @@ fn history() -> impl Strategy<Value = History> {
         prop::option::of(prop::sample::select(vec![1, 2, 6, 12, 60])),
         prop::option::of(prop::sample::select(vec![20u32, 60, 300])),
         prop::option::of(prop::sample::select(vec![0u32, 30, 50, 100])),
+        prop::option::of(prop::sample::select(vec![0u32, 3, 20])),
         prop::bool::weighted(0.2),
     )
         .prop_map(
-            |(respect, per_minute, timeout_secs, zone_pause, declares_no_schedule)| Spec {
-                respect,
-                per_minute,
-                timeout_secs,
-                zone_pause,
-                declares_no_schedule,
+            |(respect, per_minute, timeout_secs, zone_pause, zone_settle, declares_no_schedule)| {
+                Spec {
+                    respect,
+                    per_minute,
+                    timeout_secs,
+                    zone_pause,
+                    zone_settle: zone_settle.filter(|_| zone_pause.is_some()),
+                    declares_no_schedule,
+                }
             },
         );
     let nodes = prop::collection::vec(
@@ -115,6 +123,9 @@ fn build(h: &History) -> World {
     }
     if let Some(p) = h.spec.zone_pause {
         eviction["pauseWhenZoneUnhealthy"] = format!("{p}%").into();
+    }
+    if let Some(s) = h.spec.zone_settle {
+        eviction["zoneSettle"] = format!("{s}s").into();
     }
     let mut p = policy("p")
         .taint(KEY, "kaput", NoExecute)
@@ -177,10 +188,14 @@ proptest! {
         let paces = std::cell::RefCell::new(Paces::default());
         // Per zone and kind, the times of the paced steps so far.
         let mut steps: HashMap<(String, &str), Vec<k8s_openapi::jiff::Timestamp>> = HashMap::new();
+        // Per zone, when one of its nodes last flipped.
+        let mut flipped: HashMap<String, k8s_openapi::jiff::Timestamp> = HashMap::new();
+        let settle = i64::from(h.spec.zone_settle.unwrap_or(5));
         for step in &h.steps {
             clock = plus(clock, i64::from(step.advance));
             for &n in &step.flips {
                 flip(&mut w, &format!("n{n}"), clock);
+                flipped.insert(format!("z{}", h.nodes[n].zone), clock);
             }
             let evicted: BTreeMap<String, bool> = step
                 .evicted
@@ -195,10 +210,8 @@ proptest! {
                 .map(|view| {
                     let eval = evaluate_node(&set, view, &pods, clock);
                     let zone = drain::zone_of(&view.labels);
-                    let zone_held = || {
-                        let (matched, selected) =
-                            drain::zone_health(&set, 0, zone, &views, &pods, clock);
-                        rules.zone_held(matched, selected)
+                    let zone_state = || {
+                        rules.zone_state(&drain::zone_health(&set, 0, zone, &views, &pods, clock), clock)
                     };
                     let gate = |i: usize| {
                         paces
@@ -209,7 +222,7 @@ proptest! {
                                 view,
                                 eval.policies[i].verdict(),
                                 evicted[&view.name],
-                                &zone_held,
+                                &zone_state,
                                 &|| views.iter().collect(),
                                 clock,
                             )
@@ -235,8 +248,15 @@ proptest! {
                     .count();
                 (matched, in_zone.len())
             };
+            let settled = |zone: &str| {
+                h.spec.zone_pause.is_none()
+                    || flipped.get(zone).is_none_or(|&at| plus(at, settle) <= clock)
+            };
             for (before, np) in views.iter().zip(&plans) {
                 let zone = drain::zone_of(&before.labels).to_string();
+                if !np.drain_started.is_empty() {
+                    prop_assert!(settled(&zone), "{}: a drain started in zone {zone} before it settled", before.name);
+                }
                 let broken = before.condition("NIC").is_some_and(|c| &*c.status == "Kaput");
                 let had_no_execute = before.taints.iter().any(|t| t.key == KEY && t.effect == "NoExecute");
                 let has_no_execute = np.taints.iter().any(|t| t.key == KEY && t.effect == "NoExecute");
@@ -252,6 +272,7 @@ proptest! {
                     );
                     let (matched, selected) = matched_in(&zone);
                     prop_assert!(!rules.zone_held(matched, selected), "{}: switched in a held zone", before.name);
+                    prop_assert!(settled(&zone), "{}: switched in zone {zone} before it settled", before.name);
                     steps.entry((zone.clone(), "switch")).or_default().push(clock);
                 }
                 if !np.drain_started.is_empty() && rules.respect_budgets {

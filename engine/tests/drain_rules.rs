@@ -300,14 +300,119 @@ fn an_unhealthy_zone_holds_its_switches_and_the_policy_says_which() {
     assert_eq!(s.reason, Reason::ZoneUnhealthy);
     assert!(s.message.contains("a: 3 of 4"), "{}", s.message);
     assert!(!s.message.contains("b:"), "{}", s.message);
-    // One node of zone a heals: 2 of 4 is not more than half, and the rest switch.
+    // One node of zone a heals: 2 of 4 is not more than half, and once that share
+    // has held still for zoneSettle (5 s) the rest switch.
     w.set_condition("a2", "NIC", "Fine");
-    let healed = w.plan_evicted(at(2), true);
+    let settling = w.plan_evicted(at(4), true);
+    assert_eq!(
+        settling.node("a0").taint_list(),
+        ["example.com/nic=kaput:NoSchedule"]
+    );
+    assert_eq!(settling.next_check, Some(at(5)));
+    // Held, zone a's nodes never started draining: they start at 5 s, then switch.
+    let started = w.plan_evicted(at(5), true);
+    assert_eq!(started.node("a0").drain_started, ["p"]);
+    w.apply(&started);
+    let healed = w.plan_evicted(at(6), true);
     assert_eq!(
         healed.node("a0").taint_list(),
         ["example.com/nic=kaput:NoExecute"]
     );
     assert_eq!(healed.summary("p").reason, Reason::Progressing);
+}
+
+/// Six of a zone's ten nodes break within one second, written one by one and
+/// planned after each write, as the operator sees them: the first ones judged see
+/// a healthy share, but the zone has not settled, so none starts or switches; once
+/// it has held still for zoneSettle the whole zone is judged unhealthy and held.
+/// A node of a healthy zone that broke at the same time switches once its zone
+/// settled: zoneSettle later than it would have at most.
+#[test]
+fn a_zone_wide_fault_is_judged_whole_after_the_zone_settles() {
+    let p = evicting(serde_json::json!({
+        "respectDisruptionBudgets": false, "pauseWhenZoneUnhealthy": "50%"
+    }));
+    let mut w = World::new().policy(p);
+    for k in 0..10 {
+        w = w.node(node(&format!("a{k}")).zone("a").condition("NIC", "Fine"));
+    }
+    for k in 0..4 {
+        w = w.node(node(&format!("b{k}")).zone("b").condition("NIC", "Fine"));
+    }
+    w.step();
+    let ms = |n: i64| {
+        now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(n))
+            .unwrap()
+    };
+    w.set_condition_at("b0", "NIC", "Kaput", ms(0));
+    for k in 0..6 {
+        let flipped = ms(200 * k);
+        w.set_condition_at(&format!("a{k}"), "NIC", "Kaput", flipped);
+        // Planned the moment the write is seen: every broken node only NoSchedule.
+        let plan = w.plan_at(flipped);
+        for j in 0..=k {
+            assert_eq!(
+                plan.node(&format!("a{j}")).taint_list(),
+                ["example.com/nic=kaput:NoSchedule"],
+                "a{j} after a{k} broke"
+            );
+            assert!(plan.node(&format!("a{j}")).drain_started.is_empty());
+        }
+        w.apply(&plan);
+    }
+    // Zone b settles 5 s after b0 broke; the last of zone a broke at 1 s (the
+    // API server keeps whole seconds), so zone a is judged at 6 s.
+    let b_started = w.plan_at(at(5));
+    assert_eq!(b_started.node("b0").drain_started, ["p"]);
+    assert!(b_started.node("a0").drain_started.is_empty());
+    w.apply(&b_started);
+    let b_judged = w.plan_at(at(5));
+    assert_eq!(
+        b_judged.node("b0").taint_list(),
+        ["example.com/nic=kaput:NoExecute"]
+    );
+    assert_eq!(
+        b_judged.node("a0").taint_list(),
+        ["example.com/nic=kaput:NoSchedule"]
+    );
+    w.apply(&b_judged);
+    let a_judged = w.plan_at(at(6));
+    for k in 0..6 {
+        assert_eq!(
+            a_judged.node(&format!("a{k}")).taint_list(),
+            ["example.com/nic=kaput:NoSchedule"],
+            "a{k}"
+        );
+    }
+    let s = a_judged.summary("p");
+    assert_eq!(s.reason, Reason::ZoneUnhealthy);
+    assert!(s.message.contains("a: 6 of 10"), "{}", s.message);
+}
+
+/// `zoneSettle: 0s` judges each node at once, as before the field existed: the
+/// first node of a zone-wide fault that is seen alone switches.
+#[test]
+fn zone_settle_zero_judges_each_node_at_once() {
+    let p = evicting(serde_json::json!({
+        "respectDisruptionBudgets": false, "pauseWhenZoneUnhealthy": "50%", "zoneSettle": "0s"
+    }));
+    let mut w = World::new().policy(p);
+    for k in 0..4 {
+        w = w.node(node(&format!("a{k}")).zone("a").condition("NIC", "Fine"));
+    }
+    w.step();
+    w.set_condition("a0", "NIC", "Kaput");
+    let plan = w.plan_at(now());
+    assert_eq!(
+        plan.node("a0").taint_list(),
+        ["example.com/nic=kaput:NoSchedule"]
+    );
+    w.apply(&plan);
+    assert_eq!(
+        w.plan_at(at(1)).node("a0").taint_list(),
+        ["example.com/nic=kaput:NoExecute"]
+    );
 }
 
 #[test]

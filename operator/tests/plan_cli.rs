@@ -120,7 +120,7 @@ struct NodeChanges {
 const NIC: &str = "example.com/network-unavailable";
 const ISTIO: &str = "cni.istio.io/not-ready";
 const NETWORK: &str = "readiness.k8s.io/network-unavailable";
-const STARTUP: &str = "startup.k8s.io/initializing";
+const STARTUP: &str = "startup-taint.cluster-autoscaler.kubernetes.io/initializing";
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// nic-kaput's NoExecute taint goes on through a drain: NoSchedule first.
 const STAND_IN: &str = "NoSchedule then NoExecute";
@@ -940,12 +940,28 @@ fn the_files_policies_get_the_webhooks_warnings() {
         of("nic-kaput"),
         ["impact: would taint 2 of 10 selected nodes now (od-2, od-6)"]
     );
+    // The out-of-service node is gone: nothing to drain, no eviction warning.
     assert_eq!(
         of("spot-out-of-service"),
-        [
-            "impact: would taint 1 of 3 selected nodes now (spot-1)",
-            "spec.taints[0] (node.kubernetes.io/out-of-service:NoExecute) has no spec.eviction: every pod that does not tolerate it is deleted at once, whatever its PodDisruptionBudget says; add spec.eviction to drain first",
-        ]
+        ["impact: would taint 1 of 3 selected nodes now (spot-1)"]
+    );
+    // A startup prefix: no autoscaler warning.
+    assert!(
+        of("startup-init-daemonset")
+            .iter()
+            .all(|w| w.starts_with("impact: ")),
+        "{warnings:?}"
+    );
+    // Only Istio's fixed key earns a warning beyond the impact lines.
+    let beyond_impact: Vec<&(String, String)> = warnings
+        .iter()
+        .filter(|(_, w)| !w.starts_with("impact: "))
+        .collect();
+    assert!(
+        beyond_impact
+            .iter()
+            .all(|(p, _)| p == "istio-cni-readiness"),
+        "{beyond_impact:?}"
     );
     // Karpenter's prefix: no autoscaler warning.
     assert_eq!(

@@ -13,6 +13,8 @@
 //! annotation, node info, kubelet-style conditions), so the controller tests see
 //! what the node cache has to trim.
 
+pub mod import_graph;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::{

@@ -361,8 +361,9 @@ pub async fn startup_init_daemonset(h: &Harness) -> Result {
     let k = &h.k;
     let s = Scn("boot");
     let policy = "e2e-startup-init-daemonset";
-    const TAINT: &str = "startup.k8s.io/initializing=wait:NoSchedule";
-    const ID: &str = "startup.k8s.io/initializing:NoSchedule";
+    const TAINT: &str =
+        "startup-taint.cluster-autoscaler.kubernetes.io/initializing=wait:NoSchedule";
+    const ID: &str = "startup-taint.cluster-autoscaler.kubernetes.io/initializing:NoSchedule";
     let ns = "kube-system";
     let worker = ("node-role.kubernetes.io/worker", "");
     let (w1, w2, cp) = (s.node("w1"), s.node("w2"), s.node("cp"));

@@ -159,6 +159,11 @@ impl World {
 
     /// Sets a condition of a node (transitioned now), keeping everything else.
     pub fn set_condition(&mut self, node: &str, type_: &str, status: &str) {
+        self.set_condition_at(node, type_, status, now());
+    }
+
+    /// Sets a condition of a node, transitioned at `at`, keeping everything else.
+    pub fn set_condition_at(&mut self, node: &str, type_: &str, status: &str, at: Timestamp) {
         let conditions = self
             .node_mut(node)
             .status
@@ -169,7 +174,7 @@ impl World {
         conditions.push(NodeCondition {
             type_: type_.into(),
             status: status.into(),
-            last_transition_time: Some(Time(now())),
+            last_transition_time: Some(Time(at)),
             ..NodeCondition::default()
         });
     }

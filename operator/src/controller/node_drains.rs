@@ -18,6 +18,7 @@ use engine::{
     cluster::{NodeView, PodIndex},
     decision::{NodeEvaluation, evaluate_node},
     drain::{self, DrainGate, DrainStep, Wait},
+    eviction_rules::ZoneState,
     node_plan::NodePlan,
     policy_set::PolicySet,
 };
@@ -75,6 +76,28 @@ fn waiting_for_evictions(
         .collect()
 }
 
+/// Policy `i` judges zones before its drains move (`pauseWhenZoneUnhealthy`).
+fn zone_judged(set: &PolicySet, i: usize) -> bool {
+    drain::rules_of(set, i).is_some_and(|r| r.zone_pause.is_some())
+}
+
+/// How `node`'s zone stands for policy `i`, read from every cached node.
+fn zone_state(
+    set: &PolicySet,
+    i: usize,
+    node: &NodeView,
+    nodes: &[Arc<CachedNode>],
+    pods: &PodIndex,
+    now: Timestamp,
+) -> ZoneState {
+    let Some(rules) = drain::rules_of(set, i) else {
+        return ZoneState::Open;
+    };
+    let zone = drain::zone_of(&node.labels);
+    let health = drain::zone_health(set, i, zone, nodes.iter().map(|n| &n.view), pods, now);
+    rules.zone_state(&health, now)
+}
+
 /// Evicts the pods in the way of every drain of `node` that waits for them. A
 /// failure to list the node's pods leaves the drains waiting (and retried), as a
 /// blocked eviction does: the rest of the node's plan goes ahead.
@@ -85,11 +108,20 @@ pub async fn clear_the_way(
     now: Timestamp,
 ) -> Clearing {
     let name = node.name();
-    let eval = {
+    let waiting = {
         let pods = ctx.pods.read().expect("pod cache lock");
-        evaluate_node(set, &node.view, pods.index(), now)
+        let eval = evaluate_node(set, &node.view, pods.index(), now);
+        let mut waiting = waiting_for_evictions(set, &eval, &node.view, now);
+        // A zone that is settling or held evicts nothing: its nodes only keep the
+        // NoSchedule stand-in until it is judged healthy.
+        if waiting.iter().any(|&i| zone_judged(set, i)) {
+            let nodes = ctx.nodes.state();
+            waiting.retain(|&i| {
+                zone_state(set, i, &node.view, &nodes, pods.index(), now) == ZoneState::Open
+            });
+        }
+        waiting
     };
-    let waiting = waiting_for_evictions(set, &eval, &node.view, now);
     let mut clearing = Clearing {
         evicted: vec![false; set.policies.len()],
         ..Clearing::default()
@@ -218,34 +250,27 @@ impl<'a> GateKeeper<'a> {
         }
     }
 
+    fn cached(&self) -> &[Arc<CachedNode>] {
+        self.nodes.get_or_init(|| self.ctx.nodes.state())
+    }
+
     fn nodes(&self) -> Vec<&NodeView> {
-        self.nodes
-            .get_or_init(|| self.ctx.nodes.state())
-            .iter()
-            .map(|n| &n.view)
-            .collect()
+        self.cached().iter().map(|n| &n.view).collect()
     }
 
     /// Policy `i`'s gate on `node`, evaluated as `eval`.
     pub fn gate(&self, i: usize, node: &NodeView, eval: &NodeEvaluation) -> DrainGate {
-        let Some(rules) = drain::rules_of(self.set, i) else {
+        if drain::rules_of(self.set, i).is_none() {
             return DrainGate::default();
-        };
-        let zone = drain::zone_of(&node.labels);
-        let zone_held = || {
-            rules.zone_pause.is_some() && {
-                let (matched, selected) =
-                    drain::zone_health(self.set, i, zone, self.nodes(), self.pods, self.now);
-                rules.zone_held(matched, selected)
-            }
-        };
+        }
+        let zone_state = || zone_state(self.set, i, node, self.cached(), self.pods, self.now);
         let gated = self.ctx.drains.lock().expect("drain ledger lock").gate(
             self.set,
             i,
             node,
             eval.policies[i].verdict(),
             self.clearing.evicted(i),
-            &zone_held,
+            &zone_state,
             &|| self.nodes(),
             self.now,
         );

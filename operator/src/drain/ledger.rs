@@ -9,7 +9,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::jitter::jitter;
 use engine::{
-    cluster::NodeView, decision::Verdict, drain::Gated, pace::Paces, policy_set::PolicySet,
+    cluster::NodeView, decision::Verdict, drain::Gated, eviction_rules::ZoneState, pace::Paces,
+    policy_set::PolicySet,
 };
 
 /// The first wait before evicting again when pods are still in the way; it
@@ -39,12 +40,12 @@ impl DrainLedger {
         node: &NodeView,
         v: Verdict,
         evicted: bool,
-        zone_held: &dyn Fn() -> bool,
+        zone_state: &dyn Fn() -> ZoneState,
         nodes: &dyn Fn() -> Vec<&'n NodeView>,
         now: Timestamp,
     ) -> Gated {
         self.paces
-            .gate(set, i, node, v, evicted, zone_held, nodes, now)
+            .gate(set, i, node, v, evicted, zone_state, nodes, now)
     }
 
     /// The node's reconcile ended (see `Paces::settle`).

@@ -192,9 +192,9 @@ async fn baseline_reconcile(
 /// The field manager the baseline writes as. Every controller that writes nodes
 /// has its own (kubelet, kube-controller-manager, the operator's
 /// `taint-operator`), and each one's managedFields entry on a node makes every
-/// write to that node cost the API server more (e2e/scale.md, session 18: a third
-/// manager, 14% more allocated a patch). Writing under the name of the client
-/// that created the nodes, as the baseline did before, spared it that cost.
+/// write to that node cost the API server more (a third manager: 14% more
+/// allocated a patch; docs/performance.md#field-managers-and-write-cost). Writing
+/// under the name of the client that created the nodes would spare it that cost.
 const BASELINE_FIELD_MANAGER: &str = "scale-baseline";
 
 fn baseline_patch_params() -> PatchParams {
@@ -530,7 +530,7 @@ pub(crate) async fn taint_untaint_rounds(
         let flips = flip_condition(
             client,
             n,
-            crate::driver::flip_concurrency(args),
+            crate::settings::flip_concurrency(args),
             Flipped::Baseline,
             if on { "True" } else { "False" },
             if on {

@@ -1,6 +1,6 @@
 //! `scale`: drives the taint-operator binary on a real, bare control plane
 //! (kube-apiserver + etcd, `e2e/control-plane.sh`) and prints a report, as a
-//! Markdown table and as JSON. See `e2e/scale.md`.
+//! Markdown table and as JSON. See `docs/performance.md`.
 //!
 //! Setup: N nodes with a realistic status (conditions, addresses, capacity, node
 //! info, a few dozen images), P pods bound to them (a tenth of them critical pods of
@@ -68,6 +68,7 @@ mod phase;
 mod procfs;
 mod relabel;
 mod report;
+mod settings;
 mod setup;
 mod write_times;
 
@@ -87,7 +88,7 @@ enum BaselineUser {
     /// deployed as a controller would have.
     Operator,
     /// The admin user (KUBECONFIG, group system:masters): exempt from API Priority
-    /// and Fairness, which no controller is. Sessions up to 20 measured this way.
+    /// and Fairness, which no controller is.
     Admin,
 }
 
@@ -170,7 +171,7 @@ struct Args {
     /// one stream of condition flips reaches both runners at once, the operator's
     /// condition on half the nodes and the baseline's on the other half, and each
     /// runner is timed on its half. Per-round latency ratios then compare the two
-    /// at the same moment of the API server (see e2e/scale.md).
+    /// at the same moment of the API server (see docs/performance.md#paired-rounds).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=15))]
     paired_rounds: u64,
     /// Calibration only: the baseline waits this long before each write of its
@@ -266,7 +267,7 @@ async fn run(args: Args) -> Result<bool> {
     }
     let Some(kubeconfig) = env_path("KUBECONFIG") else {
         bail!(
-            "KUBECONFIG is not set: start a control plane (e2e/control-plane.sh start DIR) and `. DIR/env` first; see e2e/scale.md"
+            "KUBECONFIG is not set: start a control plane (e2e/control-plane.sh start DIR) and `. DIR/env` first; see docs/performance.md#running-it"
         );
     };
     let Some(operator_kubeconfig) = env_path("OPERATOR_KUBECONFIG") else {

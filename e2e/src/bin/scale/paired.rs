@@ -3,7 +3,7 @@
 //!
 //! A runner's per-node latency moves by a factor of two or three from one round
 //! to the next with what the shared API server happens to be doing (its garbage
-//! collector, the watches it closes; e2e/scale.md, session 28), which swamps a
+//! collector, the watches it closes; docs/performance.md#round-to-round-noise), which swamps a
 //! 1.10× goal over a handful of separate rounds. In a paired phase both runners
 //! meet the same moment of the API server, so the ratio of their latencies in
 //! that one phase keeps only what differs between them.
@@ -15,21 +15,18 @@ use crate::{
     apiserver_metrics::apiserver_counters,
     baseline::{BaselineRunner, WritingAs},
     bench::Bench,
-    driver::{SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency},
     load::{Flips, flip_condition},
     model::{Flipped, World, expected_all, operator_side, paired_taints_by_group},
     observer::Cue,
     operator_proc::{OpMetrics, OperatorProc},
     phase::{
-        FlipSplit, PhaseResult, latencies, per_node, round_name, sample_node_bytes, with_operator,
+        FlipSplit, PAIRED_TAINT, PAIRED_UNTAINT, PhaseResult, latencies, per_node, round_name,
+        sample_node_bytes, with_operator,
     },
     report::Report,
+    settings::{SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency},
     write_times::{Anchor, operator_writes},
 };
-
-/// The phase kinds of paired rounds, as the report groups them.
-pub(crate) const PAIRED_TAINT: &str = "paired taint";
-pub(crate) const PAIRED_UNTAINT: &str = "paired untaint";
 
 /// Runs `rounds` paired taint and untaint rounds with the operator `op` running
 /// and `before` its metrics so far; returns its metrics after the last phase.

@@ -14,6 +14,10 @@ use crate::{
     operator_proc::OpMetrics,
 };
 
+/// The phases of paired rounds, where one stream of flips reaches both runners.
+pub(crate) const PAIRED_TAINT: &str = "paired taint";
+pub(crate) const PAIRED_UNTAINT: &str = "paired untaint";
+
 /// "taint" in the first round, "taint 2" in the second.
 pub(crate) fn round_name(kind: &str, round: u64) -> String {
     if round == 1 {

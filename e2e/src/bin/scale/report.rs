@@ -9,10 +9,10 @@ use crate::{
     Args,
     model::Critical,
     operator_proc::OpMetrics,
-    paired::{PAIRED_TAINT, PAIRED_UNTAINT},
-    phase::{FlipSplit, PhaseResult, median, percentile},
+    phase::{FlipSplit, PAIRED_TAINT, PAIRED_UNTAINT, PhaseResult, median, percentile},
     procfs::Machine,
     relabel::{Band, relabeling_band, sign_flip_band},
+    settings::{flip_concurrency, operator_workers},
     setup::SetupStep,
 };
 
@@ -455,14 +455,14 @@ impl Report {
             self.operator_bin.display(),
             self.operator_version,
             if self.leader_election { "on" } else { "off" },
-            crate::driver::operator_workers(a),
+            operator_workers(a),
             self.operator_log.display()
         );
         let _ = writeln!(
             w,
             "- requests in flight: setup and baseline {}, condition flips {}",
             a.concurrency,
-            crate::driver::flip_concurrency(a)
+            flip_concurrency(a)
         );
         let _ = writeln!(w, "- the baseline connects as {}", a.baseline_as.describe());
         if a.baseline_write_delay_ms > 0 {
@@ -1030,9 +1030,9 @@ impl Report {
             "critical_pods_per_node": self.critical.per_node,
             "k_policies": self.policies.len(), "policies": self.policies,
             "images_per_node": a.images_per_node, "node_json_bytes": self.node_json_bytes,
-            "concurrency": a.concurrency, "flip_concurrency": crate::driver::flip_concurrency(a),
+            "concurrency": a.concurrency, "flip_concurrency": flip_concurrency(a),
             "baseline_write_delay_ms": a.baseline_write_delay_ms,
-            "operator_concurrency": crate::driver::operator_workers(a),
+            "operator_concurrency": operator_workers(a),
             "leader_election": self.leader_election,
             "operator_version": self.operator_version,
             "machine": {
