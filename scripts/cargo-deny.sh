@@ -22,7 +22,7 @@ db="${ADVISORY_DB:-$repo/../shared/advisory-db}"
 if [[ ! -d $db/crates ]]; then
     echo "cargo-deny.sh: no RustSec advisory database at $db (want its crates/ folder)." >&2
     echo "  It is the shared/ folder beside the repository clone; set ADVISORY_DB to use another copy." >&2
-    echo "  To refresh or create it, see README.md, 'Supply chain'." >&2
+    echo "  To refresh or create it, see docs/operations.md, 'Supply chain'." >&2
     exit 1
 fi
 
@@ -40,7 +40,7 @@ if [[ -z $snapshot_date ]]; then
 fi
 age_days=$(( ($(date -u +%s) - $(date -u -d "$snapshot_date" +%s)) / 86400 ))
 if (( age_days > 90 )); then
-    echo "cargo-deny.sh: warning: the advisory database is from $snapshot_date, $age_days days old; refresh it (README.md, 'Supply chain')" >&2
+    echo "cargo-deny.sh: warning: the advisory database is from $snapshot_date, $age_days days old; refresh it (docs/operations.md, 'Supply chain')" >&2
 fi
 
 dbs="${CARGO_TARGET_DIR:-$repo/target}/advisory-dbs"
@@ -66,6 +66,6 @@ chmod -R u+w "$checkout"
 # metadata offline (the registry itself is reachable, the advisory git remote is not).
 cargo fetch --locked --quiet
 if ! TAINT_OPERATOR_ADVISORY_DBS="$dbs" cargo deny --offline --locked --color never check "${@:-all}"; then
-    echo "cargo-deny.sh: findings above: fix them, or justify each in deny.toml; 'repository is stale' means the advisory database needs a refresh (README.md, 'Supply chain')" >&2
+    echo "cargo-deny.sh: findings above: fix them, or justify each in deny.toml; 'repository is stale' means the advisory database needs a refresh (docs/operations.md, 'Supply chain')" >&2
     exit 1
 fi

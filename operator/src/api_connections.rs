@@ -7,8 +7,8 @@
 //! would keep each open, with its read buffer and TLS state, until a later request
 //! looked at it (kube's stack sets no timer for the pool, so not even its 90 s
 //! timeout applies). Closed after [`IDLE_CONNECTION_TIMEOUT`] instead: 1.4 MiB less
-//! heap a minute after a fleet-wide change at 5,000 nodes (e2e/scale.md, session
-//! 17); the next burst opens them again (one TLS handshake each). Watches are
+//! heap a minute after a fleet-wide change at 5,000 nodes
+//! (docs/performance.md#idle-connections); the next burst opens them again (one TLS handshake each). Watches are
 //! never idle: they hold their connections.
 //!
 //! What kube's stack has and this one leaves out: its tracing layer (a debug span

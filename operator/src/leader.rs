@@ -202,9 +202,9 @@ impl LeaderElector {
             // An attempt that says nothing about the lease is tried again at once,
             // then every INCONCLUSIVE_PAUSE until the renew deadline: waiting a
             // whole retry period after each would leave too little of the deadline
-            // (session 25's 15,000-node run: a renewal timed out, the one tried at
-            // once met that renewal's late write, and the try a retry period later
-            // had 1.2 s left on an API server answering in seconds).
+            // on an API server answering in seconds: a renewal that timed out, then
+            // one that met its late write, leave a try a retry period later 1.2 s
+            // (docs/performance.md#lease-renewals).
             let mut tries = 0u32;
             loop {
                 let sent = Instant::now();

@@ -3,8 +3,8 @@
 //! The binary allocates with jemalloc (`main.rs`), configured here: one arena, and
 //! a background thread that returns pages unused for a second. Against glibc's
 //! malloc (one arena, trimmed after every large step and every 30 s), measured at
-//! 5,000 nodes over three fleet-wide taints and untaints (e2e/scale.md, session
-//! 17): the same settled heap (20.6 against 20.9 MiB), 0.6 MiB more code, and 16%
+//! 5,000 nodes over three fleet-wide taints and untaints
+//! (docs/performance.md#allocator-and-memory-release): the same settled heap (20.6 against 20.9 MiB), 0.6 MiB more code, and 16%
 //! less CPU on the cores the API server shares. Without its thread caches (see
 //! below) it keeps 2.7 MiB less and uses 10% more CPU, still less than glibc's.
 //! Tests and other programs linking this library keep their own allocator.
@@ -15,7 +15,7 @@
 /// it, and no per-thread caches. A thread's cache keeps up to 200 freed objects of
 /// every size class for its next allocations, and each one holds its slab of
 /// pages resident until the thread's next burst. Measured at 5,000 nodes a minute
-/// after the last phase (e2e/scale.md, session 18): 15.6 MiB of heap without the
+/// after the last phase (docs/performance.md#allocator-and-memory-release): 15.6 MiB of heap without the
 /// caches against 18.3 with them, a peak 1.7 MiB lower, and 10% more of the
 /// operator's CPU (15.7 s for the whole run against 14.2).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -17,7 +17,7 @@ a fresh release name and namespace. The namespace is left behind (without
 kube-controller-manager a deleted namespace stays Terminating forever), and so
 is the CRD: it is part of the release but annotated ``helm.sh/resource-policy:
 keep`` (``crds.keep``). A CRD an earlier run left is handed to this run's release
-first, the way the README says to adopt it.
+first, the way docs/operations.md says to adopt it.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def cfg():
 
 
 def adopt_crd() -> None:
-    """Hands a CRD left by another release to this one (README, Upgrade and uninstall)."""
+    """Hands a CRD left by another release to this one (docs/operations.md, Upgrade and uninstall)."""
     crd = get("crd", CRD_NAME)
     if crd is None:
         return

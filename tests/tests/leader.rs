@@ -378,8 +378,8 @@ async fn renewals_failing_in_transport_end_leadership_at_the_renew_deadline() {
 /// A renewal's update that got no answer may still reach the API server, after
 /// the renewal tried again has read the lease: that second update then meets our
 /// own late write (409). That says nothing of who holds the lease; the next read
-/// does. Session 24's 15,000-node run lost its leader this way (it took the 409
-/// for another replica taking over, and exited).
+/// does. Taking the 409 for another replica taking over makes a leader exit
+/// under load (docs/performance.md#lease-renewals).
 #[tokio::test(start_paused = true)]
 async fn a_renewal_that_meets_its_own_late_write_keeps_the_lease() {
     let metrics = Metrics::default();

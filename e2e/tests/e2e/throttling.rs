@@ -142,7 +142,7 @@ pub async fn node_writes_throttled(h: &Harness) -> Result {
         .await?;
     // The API server takes a stored webhook configuration into use a moment later.
     // Until a write as the operator's user is refused, a node could be tainted
-    // past the webhook (session 22 saw throttle-00 tainted 9 ms after the flip).
+    // past the webhook (a node can be tainted 9 ms after its flip).
     eventually_within(
         "the throttle webhook to refuse the operator's node writes",
         Duration::from_secs(15),

@@ -6,7 +6,7 @@
 //! object to carry a whole `ObjectMeta`. Here a node is one `Arc` in a set that
 //! looks it up by the name the node holds already: 1,570 -> 1,181 heap bytes a
 //! node in `operator/tests/node_cache_memory.rs`, which never counted kube's key
-//! (settled 38.9 -> 35.6 MiB at 5,000 nodes, e2e/scale.md session 17).
+//! (settled 38.9 -> 35.6 MiB at 5,000 nodes: docs/performance.md#node-store-memory).
 
 use std::{
     borrow::Borrow,

@@ -3,7 +3,7 @@
 //!
 //! Encoding a pod as protobuf costs the API server about a quarter of what JSON
 //! does: a label-selected stream of 15,000 critical pods (of 150,000) took it 0.85
-//! CPU s instead of 2.9-3.0 (e2e/scale.md, session 26). The messages below carry
+//! CPU s instead of 2.9-3.0 (docs/performance.md#protobuf-pod-watches). The messages below carry
 //! only the fields the critical-pod check reads, with the field numbers of
 //! Kubernetes' `generated.proto`; prost skips every other field without
 //! allocating it.

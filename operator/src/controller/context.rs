@@ -108,8 +108,8 @@ pub struct CleanupGrace {
     /// How long the count of nodes still mentioning the policy may stay put. The
     /// cleanup waits for as long as the node controller makes progress: on a
     /// large fleet it needs minutes, and writing the same nodes alongside it
-    /// loses races (a fixed 60 s left 3,771 conflicts at 15,000 nodes,
-    /// e2e/scale.md session 21).
+    /// loses races (a fixed 60 s left 3,771 conflicts at 15,000 nodes:
+    /// docs/performance.md#policy-cleanup-grace).
     pub node_controller_stall: Duration,
 }
 

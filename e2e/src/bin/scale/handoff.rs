@@ -1,10 +1,10 @@
 //! The baseline's hand-off between what reads nodes (its watch, its cold start's
 //! list) and what writes them: the reader puts each node into an unbounded queue
 //! and never waits on a write; `writers` tasks take the nodes in order, one write
-//! each at a time. Until session 24 the baseline read its watch through
-//! `buffer_unordered`, which stops reading while every slot holds a write, and ran
-//! reads and writes on one thread: at 15,000 nodes its writes lagged the flips by
-//! 20-46 s with each patch answered in under 0.5 s, so it was no limit.
+//! each at a time. A reader behind `buffer_unordered` stops reading while every
+//! slot holds a write: with reads and writes on one thread, at 15,000 nodes such a
+//! baseline's writes lag the flips by 20-46 s with each patch answered in under
+//! 0.5 s, and it is no limit (docs/performance.md#baseline-hand-off).
 
 use std::{
     future::Future,

@@ -1,8 +1,8 @@
 //! Runs a part of the benchmark as a process of its own would: on threads and a
 //! tokio runtime of its own, its client made there, so nothing else in this
-//! process delays it. Session 21's observer, on the runtime it shared with the
-//! flips and the probes, was shown flips 12-32 s late at 15,000 nodes; on a
-//! runtime of its own, 1-2 s (e2e/scale.md, session 22).
+//! process delays it. An observer on the runtime it shares with the flips and the
+//! probes is shown flips 12-32 s late at 15,000 nodes; on a runtime of its own,
+//! 1-2 s (docs/performance.md#observer-on-its-own-runtime).
 
 use std::future::Future;
 

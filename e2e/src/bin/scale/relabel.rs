@@ -1,8 +1,8 @@
 //! How far from 1.00× a ratio of medians lands when the two runners are the same.
 //!
 //! The rounds of one phase spread widely on a shared 2-core machine (a round's
-//! p50 moved 2.8× between the baseline's own rounds at 5,000 nodes in session
-//! 28), so a ratio of medians over a handful of rounds can pass or miss a 1.10×
+//! p50 moves up to 2.8× between the baseline's own rounds at 5,000 nodes:
+//! docs/performance.md#round-to-round-noise), so a ratio of medians over a handful of rounds can pass or miss a 1.10×
 //! goal by chance. Pooling both runners' rounds and splitting them every possible
 //! way into groups of the two runners' sizes (a permutation test) shows the ratios
 //! that identical runners would give on these very rounds: a PASS or MISS inside

@@ -1,6 +1,6 @@
 //! When each runner's write that put a node right was answered: a per-node latency
 //! with no watch in it, to check the observer's against. The admin watch can show a
-//! flip late (e2e/scale.md, session 21); the time a write was answered cannot be.
+//! flip late (docs/performance.md#write-times); the time a write was answered cannot be.
 //! The baseline records its own answers; the operator's come from its log, which
 //! has a line for every taint it added or removed, written once the patch was
 //! answered.
