@@ -10,6 +10,10 @@ plan *ARGS:
 test:
     cargo test --workspace && bash tests/chart/run.sh
 
+# The whole Rust suite N times with every core kept busy; reports the failures (scripts/flake-check.sh).
+flake-check N="10":
+    bash scripts/flake-check.sh {{N}}
+
 # Regenerate the chart's copy of the CRD.
 crd:
     cargo run -q -p taint-operator -- crd > charts/taint-operator/files/taintpolicies.nodetaint.io.yaml
@@ -37,6 +41,10 @@ ci:
 # Install the chart into a fresh bare control plane and check what it creates (needs KUBE_APISERVER_BIN and ETCD_BIN).
 chart-e2e:
     bash tests/chart/run-e2e.sh
+
+# The multi-node suite (e2e/real/test_multinode.py) on 4 kubelets in zones a and b: drains, a zone hold, out-of-service, the leader's node powered off.
+e2e-multinode:
+    E2E_NODES=4 E2E_ZONES=a,b bash e2e/real/run.sh
 
 # Start a real one-node cluster (e2e/cluster.sh; needs the six Kubernetes binaries, see e2e/README.md), install the chart and run e2e/real/.
 e2e-real:

@@ -1381,7 +1381,7 @@ def test_7_delete_policies_then_uninstall_leaves_nodes_clean(release, helm_cfg):
 # Chart 0.1.0 as it stood before #22 tightened the CRD's selector schema: its CRD
 # sits in crds/ (Helm creates it once, unowned, and never upgrades it) and differs
 # from this chart's, so the upgrade has a CRD change to make. Its templates are
-# those of 0.1.0's last commit, and it runs the same image (appVersion 0.1.0).
+# those of 0.1.0's last commit, and it runs this run's image.
 PREVIOUS_CHART_REF = os.environ.get("E2E_PREVIOUS_CHART_REF", "84b9d039bb402e820ab39f6fe4fbe6d043862bad")
 PREV_KEY = TEST_TAINT_PREFIX + "previous"
 PREV_POLICIES = ("e2e-prev-matcher", "e2e-prev-ready")
@@ -1433,7 +1433,11 @@ def previous_release(release, helm_cfg, previous_chart):
     readiness policy that is satisfied."""
     assert not k8s.items("taintpolicies"), "policies left before the previous chart goes in"
     kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=60s", timeout=90)
-    rel = helm_cfg.install(previous_chart["chart"], k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+    # the image this run built (its tag is this chart's appVersion): no registry holds 0.1.0's
+    current = yaml.safe_load((k8s.CHART / "Chart.yaml").read_text())["appVersion"]
+    rel = helm_cfg.install(
+        previous_chart["chart"], k8s.RELEASE, {"image": {"tag": current}}, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT
+    )
     assert rel["status"] == "deployed"
     assert deployed_chart() == "taint-operator-0.1.0"
     k8s.wait_rollout(180)

@@ -104,25 +104,26 @@ async fn api_qps_spreads_a_burst_over_one_second_windows() {
         std::env::remove_var("KUBERNETES_SERVICE_HOST");
     }
 
-    // 5 a second: 11 requests go out in three windows, 5, 5 and 1.
+    // 5 a second: 11 requests go out in three windows, 5, 5 and 1. Only waits the
+    // limiter imposes are bounded from below; a busy machine can only add to them.
     let limited = burst(5, 11, &arrivals).await;
-    let in_first_window = limited
-        .iter()
-        .filter(|t| **t < Duration::from_millis(900))
-        .count();
-    assert_eq!(
-        in_first_window, 5,
-        "--api-qps 5 lets 5 requests through in the first second: {limited:?}"
+    assert!(
+        limited[5] >= Duration::from_millis(900),
+        "--api-qps 5 lets at most 5 requests through in the first second: {limited:?}"
+    );
+    assert!(
+        limited[4] < limited[5] - limited[4],
+        "the first 5 go out together, the 6th a window later: {limited:?}"
     );
     assert!(
         limited[10] >= Duration::from_millis(1900),
         "the 11th request waits for the third window: {limited:?}"
     );
 
-    // 0: no limit, the same burst arrives at once.
+    // 0: no limit: the same burst is not held for a third window.
     let unlimited = burst(0, 11, &arrivals).await;
     assert!(
-        unlimited[10] < Duration::from_millis(900),
+        unlimited[10] < Duration::from_millis(1900),
         "--api-qps 0 holds nothing back: {unlimited:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -277,8 +277,11 @@ fn describe(c: &TaintChange) -> String {
     }
 }
 
+/// How late a node is looked at again after the moment it waits for: a few
+/// milliseconds late rather than early, so the window has surely ended.
+pub const WAKE_LATE: Duration = Duration::from_millis(5);
+
 fn until(at: Timestamp, now: Timestamp) -> Duration {
     let d = at.duration_since(now);
-    // A few milliseconds late rather than early, so the window has surely ended.
-    Duration::try_from(d).unwrap_or_default() + Duration::from_millis(5)
+    Duration::try_from(d).unwrap_or_default() + WAKE_LATE
 }
