@@ -83,7 +83,7 @@ fn leader(metrics: &Metrics) -> i64 {
     metrics.leader.get()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_gauge_is_one_from_acquiring_the_lease_to_releasing_it() {
     let metrics = Metrics::default();
     let (elector, mut api) = elector(&metrics);

@@ -133,7 +133,7 @@ async fn a_finalized_policy_sends_nothing_and_wakes_the_status_writer() {
             assert_eq!(action, Action::await_change());
             // The status writer has been asked to run.
             tokio::time::timeout(
-                std::time::Duration::from_millis(100),
+                std::time::Duration::from_secs(10),
                 h.ctx.status_refresh.notified(),
             )
             .await

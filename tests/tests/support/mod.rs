@@ -41,8 +41,10 @@ use tokio::sync::{mpsc, watch};
 pub use taint_operator_testkit::*;
 pub use verifier::ApiServerVerifier;
 
-/// How long one scenario may take, requests and replies included.
-pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one scenario may take, requests and replies included: a guard against
+/// a request that never comes, not a measurement, so a loaded machine never trips
+/// it (a scenario takes milliseconds).
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long node writes must be idle before node events go out (production: 2 s).
 pub const EVENT_QUIET: Duration = Duration::from_millis(10);
 
@@ -275,7 +277,7 @@ where
 }
 
 /// Runs `call` with a client whose every request goes to the scripted `server`
-/// (which starts with no nodes), and waits for both; 5 s at most for `call`.
+/// (which starts with no nodes), and waits for both; `SCENARIO_TIMEOUT` at most for `call`.
 pub async fn with_scripted_server<S, SF, C, CF, T>(server: S, call: C) -> T
 where
     S: FnOnce(ApiServerVerifier) -> SF,
@@ -289,7 +291,7 @@ where
     >();
     let server = tokio::spawn(server(ApiServerVerifier::new(handle, &[])));
     let result = tokio::time::timeout(
-        Duration::from_secs(5),
+        SCENARIO_TIMEOUT,
         call(kube::Client::new(service, "default")),
     )
     .await
