@@ -402,9 +402,10 @@ pub async fn pacing(h: &Harness) -> Result {
 }
 
 /// Three zones of four nodes, `pauseWhenZoneUnhealthy: "50%"`: zone a, with three
-/// of its four nodes broken, keeps them NoSchedule and the policy says which zone is
-/// unhealthy; b (one of four) and c (two of four: not MORE than half) switch. Once a
-/// node of a heals, a's other two switch too.
+/// of its four nodes broken, keeps them NoSchedule without starting their drains and
+/// the policy says which zone is unhealthy; b (one of four) and c (two of four: not
+/// MORE than half) switch once their zones settled (zoneSettle, 5 s). Once a node of a
+/// heals and the zone settled again, a's other two switch too.
 pub async fn zone_hold(h: &Harness) -> Result {
     let k = &h.k;
     let s = Scn("ezone");
@@ -414,8 +415,9 @@ pub async fn zone_hold(h: &Harness) -> Result {
     const NO_EXECUTE: &str = "e2e.nodetaint.io/zone-hold:NoExecute";
     const HOLD: Duration = Duration::from_secs(5);
     const FOR: &str = "3s";
-    // The operator looks at a held node again every 10 s (ZONE_HELD_RECHECK).
-    const RELEASED_WITHIN: Duration = Duration::from_secs(15);
+    // The operator looks at a held node again every 10 s (ZONE_HELD_RECHECK); the
+    // zone is judged 5 s (zoneSettle) after the heal.
+    const RELEASED_WITHIN: Duration = Duration::from_secs(20);
     let zone = |z: &str| format!("e2e-zone-{z}");
     let node = |z: &str, i: usize| s.node(&format!("{z}{i}"));
 
@@ -485,7 +487,7 @@ pub async fn zone_hold(h: &Harness) -> Result {
         msg.contains("3 of 4"),
         "the ZoneUnhealthy message should say how many of the zone's nodes match: {msg:?}"
     );
-    // a's nodes stay NoSchedule, with the drain started (nothing to wait for but the zone).
+    // a's nodes stay NoSchedule, and a held zone starts no drain (it evicts nothing).
     always_for(
         "zone a's broken nodes to stay NoSchedule while the zone is unhealthy",
         HOLD,
@@ -493,8 +495,8 @@ pub async fn zone_hold(h: &Harness) -> Result {
             for n in &held {
                 let node = check_node(k, n, &[STAND_IN], &owned(&[(STAND_IN, policy)])).await?;
                 ensure!(
-                    drain_start_of(&node, policy)?.is_some(),
-                    "{n} has no drain start: {:?}",
+                    drain_start_of(&node, policy)?.is_none(),
+                    "{n} started draining in a held zone: {:?}",
                     drain_started(&node)?
                 );
             }
@@ -558,6 +560,107 @@ pub async fn zone_hold(h: &Harness) -> Result {
                 "{} keeps drain records after the policy went",
                 node(z, i)
             );
+        }
+    }
+    Ok(())
+}
+
+/// A zone-wide fault as it reaches the API server, without a `for` window: six of
+/// zone a's ten nodes break one after another within a second, and one of zone b's
+/// two. With `pauseWhenZoneUnhealthy: "50%"` and the default zoneSettle (5 s), the
+/// first of a's nodes the operator sees is not judged alone: none of the six starts
+/// draining or switches, the policy says zone a is unhealthy with 6 of 10, and b's
+/// node switches once its zone settled.
+pub async fn zone_settle(h: &Harness) -> Result {
+    let k = &h.k;
+    let s = Scn("esettle");
+    let policy = "e2e-esettle";
+    const KEY: &str = "e2e.nodetaint.io/zone-settle";
+    const STAND_IN: &str = "e2e.nodetaint.io/zone-settle:NoSchedule";
+    const NO_EXECUTE: &str = "e2e.nodetaint.io/zone-settle:NoExecute";
+    // Longer than zoneSettle and a held node's recheck after it: the zone was judged.
+    const WATCHED: Duration = Duration::from_secs(8);
+    let zone = |z: &str| format!("e2e-settle-{z}");
+    let node = |z: &str, i: usize| s.node(&format!("{z}{i}"));
+    let sizes = [("a", 10), ("b", 2)];
+    for (z, size) in sizes {
+        for i in 1..=size {
+            let n = node(z, i);
+            k.create_node(&n, &[s.label(), (ZONE_LABEL, &zone(z))])
+                .await?;
+            k.set_conditions(&n, &[Cond::now("Broken", "False", "Test")])
+                .await?;
+        }
+    }
+    k.create_policy(s.policy(
+        policy,
+        &[],
+        json!({
+            "taints": [{"key": KEY, "effect": "NoExecute"}],
+            "matchers": [{"conditions": [{"type": "Broken", "status": "True"}]}],
+            "eviction": {"respectDisruptionBudgets": false, "pauseWhenZoneUnhealthy": "50%"},
+        }),
+    ))
+    .await?;
+    expect_drain_status(k, policy, "True", "Reconciled", (12, 0, 0), 0).await?;
+
+    let broken: Vec<String> = (1..=6).map(|i| node("a", i)).collect();
+    let started = Instant::now();
+    for n in &broken {
+        k.set_conditions(n, &[Cond::now("Broken", "True", "Test")])
+            .await?;
+    }
+    k.set_conditions(&node("b", 1), &[Cond::now("Broken", "True", "Test")])
+        .await?;
+    ensure!(
+        started.elapsed() < Duration::from_secs(2),
+        "writing seven conditions took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    always_for(
+        "zone a's six broken nodes to stay without NoExecute or a drain start",
+        WATCHED,
+        async || {
+            for n in &broken {
+                let node = k.node(n).await?;
+                let on = taint_strs(&node);
+                ensure!(!on.iter().any(|t| t == NO_EXECUTE), "{n} switched: {on:?}");
+                ensure!(
+                    drain_start_of(&node, policy)?.is_none(),
+                    "{n} started draining before its zone was judged: {:?}",
+                    drain_started(&node)?
+                );
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    for n in &broken {
+        check_node(k, n, &[STAND_IN], &owned(&[(STAND_IN, policy)])).await?;
+    }
+    expect_node(
+        k,
+        &node("b", 1),
+        &[NO_EXECUTE],
+        &owned(&[(NO_EXECUTE, policy)]),
+    )
+    .await?;
+    let v = expect_drain_status(k, policy, "False", "ZoneUnhealthy", (12, 7, 0), 6).await?;
+    ensure!(
+        v.message().contains(&zone("a")) && v.message().contains("6 of 10"),
+        "the ZoneUnhealthy message should name zone a with 6 of 10: {:?}",
+        v.message()
+    );
+    println!(
+        "eviction zone settle: zone a's six broken nodes held whole for {:.1} s; b's node switched",
+        started.elapsed().as_secs_f64()
+    );
+
+    k.delete_policy(policy).await?;
+    k.wait_policy_gone(policy).await?;
+    for (z, size) in sizes {
+        for i in 1..=size {
+            expect_clean(k, &node(z, i)).await?;
         }
     }
     Ok(())

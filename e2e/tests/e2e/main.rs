@@ -191,6 +191,8 @@ async fn e2e_suite() {
         // drains (spec.eviction): the per-zone pace, a zone held, drainTimeout across a failover
         s.run("eviction pacing", eviction::pacing(h)).await;
         s.run("eviction zone hold", eviction::zone_hold(h)).await;
+        s.run("eviction zone settle", eviction::zone_settle(h))
+            .await;
         s.run(
             "eviction failover mid-drain",
             eviction::failover_mid_drain(h),
