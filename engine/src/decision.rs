@@ -574,11 +574,12 @@ impl ConditionState {
     }
 }
 
-/// The latest moment `policy`'s matchers may have changed their answer on `node`:
-/// the last transition of each condition they read (or when it went stale), and
-/// the end of the `for` window of each that matches (which may lie ahead). A
-/// zone's matching share moves only at such moments, so the latest over its nodes
-/// is when the share last moved. `None`: no condition they read has a time.
+/// The latest moment up to `now` at which `policy`'s matchers may have changed their
+/// answer on `node`: the last transition of each condition they read (or when it
+/// went stale), and the end of the `for` window of each that matches. A zone's
+/// matching share moves only at such moments, so the latest over its nodes is when
+/// the share last moved. A window still running has changed nothing yet: its end is
+/// a move when it comes. `None`: no condition they read has a time.
 pub fn matchers_changed_at(
     policy: &CompiledPolicy,
     node: &NodeView,
@@ -593,7 +594,6 @@ pub fn matchers_changed_at(
             let nc = node.condition(&c.type_)?;
             let since = Reading::of(nc, c.stale_after, now).since;
             let window_end = match ConditionState::of(c, Some(nc), now) {
-                ConditionState::Waiting { ends, .. } => Some(ends),
                 ConditionState::Matches => c.for_.zip(since).map(|(w, t)| add(t, w)),
                 _ => None,
             };

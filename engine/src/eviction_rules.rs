@@ -240,7 +240,7 @@ mod tests {
         let still = "2026-11-20T12:00:05Z";
         assert_eq!(r.zone_state(&health(3, 4, still), now), ZoneState::Held);
         assert_eq!(r.zone_state(&health(2, 4, still), now), ZoneState::Open);
-        // A `for` window ending ahead moves the share then.
+        // A move stamped ahead of now (a reporter's clock runs fast) settles from then.
         assert!(matches!(
             r.zone_state(&health(0, 4, "2026-11-20T12:00:30Z"), now),
             ZoneState::Settling { .. }

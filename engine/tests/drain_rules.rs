@@ -557,3 +557,41 @@ fn pods_in_the_way_are_what_kubectl_drain_evicts_minus_those_that_tolerate() {
         PodFate::Evict
     );
 }
+
+/// A `for` window still running on another node of the zone has moved nothing yet:
+/// the zone is judged without waiting for it. When it ends, the share moves, and the
+/// zone settles again from then.
+#[test]
+fn a_running_for_window_does_not_hold_the_zone_until_it_ends() {
+    let p = policy("p")
+        .taint(KEY, "kaput", NoExecute)
+        .matcher([cond("NIC", "Kaput").for_("30s")])
+        .eviction(serde_json::json!({
+            "respectDisruptionBudgets": false, "pauseWhenZoneUnhealthy": "50%"
+        }));
+    let mut w = World::new().policy(p);
+    for k in 0..4 {
+        w = w.node(node(&format!("a{k}")).zone("a").condition("NIC", "Fine"));
+    }
+    w.step();
+    // a0 broke a minute ago (window long over); a1 broke 5 s ago (25 s to go).
+    w.set_condition_at("a0", "NIC", "Kaput", at(-60));
+    w.set_condition_at("a1", "NIC", "Kaput", at(-5));
+    let plan = w.plan_at(now());
+    assert_eq!(plan.node("a0").drain_started, ["p"], "judged at once");
+    assert!(plan.node("a1").taint_list().is_empty());
+    w.apply(&plan);
+    assert_eq!(
+        w.plan_at(now()).node("a0").taint_list(),
+        ["example.com/nic=kaput:NoExecute"]
+    );
+    // a1's window ends at 25 s: 2 of 4 match (not more than half), judged at 30 s.
+    let ended = w.plan_at(at(25));
+    assert_eq!(
+        ended.node("a1").taint_list(),
+        ["example.com/nic=kaput:NoSchedule"]
+    );
+    assert!(ended.node("a1").drain_started.is_empty(), "settling");
+    w.apply(&ended);
+    assert_eq!(w.plan_at(at(30)).node("a1").drain_started, ["p"]);
+}
