@@ -1,15 +1,20 @@
-"""Session fixtures: the operator image, a real one-node cluster, the chart installed.
+"""Fixtures shared by the whole run: the operator image, a real cluster, the chart installed.
 
 The cluster comes from e2e/cluster.sh (up before the first test, down after the
 last, whatever happened). Without the Kubernetes binaries every test is skipped
 with the reason. E2E_REAL_KEEP=1 keeps the cluster directory (logs) after down;
 E2E_REAL_CLUSTER_DIR=DIR uses a cluster already up (and leaves it up).
+
+E2E_NODES (default 1) and E2E_ZONES (e.g. a,b) size the cluster. One node runs
+the one-node suite (test_real.py); several run the multi-node suite
+(test_multinode.py). Each suite is collected only for its size.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -34,10 +39,14 @@ IMAGE_TAR = k8s.REPO / "target" / "image" / "taint-operator.tar"
 IMAGE_SOURCES = ("operator", "engine", "Cargo.toml", "Cargo.lock", "Dockerfile")
 HELM_TIMEOUT = 120
 # The operator's namespace enforces Pod Security "restricted": every operator pod of
-# the session (installs, upgrades, the previous chart's) must pass it to exist.
+# the run (installs, upgrades, the previous chart's) must pass it to exist.
 POD_SECURITY = {
     f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
 }
+
+NODES = int(os.environ.get("E2E_NODES", "1") or "1")
+ZONES = os.environ.get("E2E_ZONES", "")
+collect_ignore = ["test_real.py"] if NODES > 1 else ["test_multinode.py"]
 
 # Filled by the tests, printed at the end of the run.
 MEASUREMENTS: dict[str, str] = {}
@@ -75,7 +84,8 @@ def read_env(directory: str) -> None:
     for line in Path(directory, "env").read_text().splitlines():
         if line.startswith("export "):
             key, _, value = line[len("export "):].partition("=")
-            k8s.ENV[key] = value
+            # a value with spaces (NODES) is quoted so that the file stays sourceable
+            k8s.ENV[key] = shlex.split(value)[0] if value else value
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +104,8 @@ def cluster():
         subprocess.run(["bash", str(k8s.REPO / "scripts" / "build-image.sh")], check=True)
     directory = tempfile.mkdtemp(prefix="taint-operator-real-")
     script = k8s.REPO / "e2e" / "cluster.sh"
-    up = subprocess.run(["bash", str(script), "up", directory, str(IMAGE_TAR)], capture_output=True, text=True)
+    size = ["--nodes", str(NODES)] + (["--zones", ZONES] if ZONES else [])
+    up = subprocess.run(["bash", str(script), "up", directory, *size, str(IMAGE_TAR)], capture_output=True, text=True)
     try:
         if up.returncode == 3:
             pytest.skip(up.stderr.strip().splitlines()[-1])
