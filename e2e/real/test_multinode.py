@@ -73,6 +73,8 @@ def workload(name: str, replicas: int = 4) -> list[dict[str, Any]]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "terminationGracePeriodSeconds": 5,
+                    # the image is FROM scratch: no /tmp of its own
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
                     "affinity": {
                         "podAntiAffinity": {
                             "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -91,9 +93,10 @@ def workload(name: str, replicas: int = 4) -> list[dict[str, Any]]:
                             "name": "app",
                             "image": k8s.ENV["BUSYBOX_IMAGE"],
                             "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", script],
+                            "command": ["/bin/sh", "-c", script],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             "readinessProbe": {
-                                "exec": {"command": ["cat", "/tmp/ready"]},
+                                "exec": {"command": ["/bin/sh", "-c", "test -f /tmp/ready"]},
                                 "periodSeconds": 1,
                                 "initialDelaySeconds": 1,
                             },
