@@ -474,14 +474,7 @@ pub fn tolerates(tol: &Toleration, t: &PolicyTaint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(s: &str) -> Timestamp {
-        s.parse().unwrap()
-    }
-
-    fn rules(json: serde_json::Value) -> EvictionRules {
-        EvictionRules::compile(&serde_json::from_value(json).unwrap()).unwrap()
-    }
+    use crate::eviction_rules::tests::{rules, t};
 
     fn facts(paced: bool, evicted: bool, zone: ZoneState) -> GateFacts<'static> {
         GateFacts {

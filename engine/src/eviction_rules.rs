@@ -161,14 +161,14 @@ fn parse_share(share: &IntOrString) -> Option<Share> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn t(s: &str) -> Timestamp {
+    pub(crate) fn t(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
 
-    fn rules(json: serde_json::Value) -> EvictionRules {
+    pub(crate) fn rules(json: serde_json::Value) -> EvictionRules {
         EvictionRules::compile(&serde_json::from_value(json).unwrap()).unwrap()
     }
 

@@ -401,6 +401,27 @@ pub async fn pacing(h: &Harness) -> Result {
     Ok(())
 }
 
+/// Creates `size` nodes in each zone (`zone` names it, `node` names its i-th node,
+/// from 1), with a healthy `Broken` condition.
+async fn create_zones(
+    k: &K,
+    s: Scn,
+    sizes: &[(&str, usize)],
+    zone: impl Fn(&str) -> String,
+    node: impl Fn(&str, usize) -> String,
+) -> Result {
+    for &(z, size) in sizes {
+        for i in 1..=size {
+            let n = node(z, i);
+            k.create_node(&n, &[s.label(), (ZONE_LABEL, &zone(z))])
+                .await?;
+            k.set_conditions(&n, &[Cond::now("Broken", "False", "Test")])
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 /// Three zones of four nodes, `pauseWhenZoneUnhealthy: "50%"`: zone a, with three
 /// of its four nodes broken, keeps them NoSchedule without starting their drains and
 /// the policy says which zone is unhealthy; b (one of four) and c (two of four: not
@@ -421,15 +442,7 @@ pub async fn zone_hold(h: &Harness) -> Result {
     let zone = |z: &str| format!("e2e-zone-{z}");
     let node = |z: &str, i: usize| s.node(&format!("{z}{i}"));
 
-    for z in ["a", "b", "c"] {
-        for i in 1..=4 {
-            let n = node(z, i);
-            k.create_node(&n, &[s.label(), (ZONE_LABEL, &zone(z))])
-                .await?;
-            k.set_conditions(&n, &[Cond::now("Broken", "False", "Test")])
-                .await?;
-        }
-    }
+    create_zones(k, s, &[("a", 4), ("b", 4), ("c", 4)], zone, node).await?;
     k.create_policy(s.policy(
         policy,
         &[],
@@ -583,15 +596,7 @@ pub async fn zone_settle(h: &Harness) -> Result {
     let zone = |z: &str| format!("e2e-settle-{z}");
     let node = |z: &str, i: usize| s.node(&format!("{z}{i}"));
     let sizes = [("a", 10), ("b", 2)];
-    for (z, size) in sizes {
-        for i in 1..=size {
-            let n = node(z, i);
-            k.create_node(&n, &[s.label(), (ZONE_LABEL, &zone(z))])
-                .await?;
-            k.set_conditions(&n, &[Cond::now("Broken", "False", "Test")])
-                .await?;
-        }
-    }
+    create_zones(k, s, &sizes, zone, node).await?;
     k.create_policy(s.policy(
         policy,
         &[],
