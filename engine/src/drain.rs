@@ -20,6 +20,7 @@ use k8s_openapi::{
 };
 use taint_operator_crd::{PolicyTaint, TaintEffect, ZONE_LABEL};
 
+pub use crate::duration::add;
 use crate::{
     cluster::{NodeView, PodIndex},
     decision::{NodeFacts, matchers_changed_at},
@@ -275,8 +276,6 @@ fn closed(wait: Wait) -> Gated {
         wait: Some(wait),
     }
 }
-
-pub use crate::duration::add;
 
 /// The latest drain start and switch policy `i` recorded on `node`: its
 /// drain-start record, and the `timeAdded` of the NoExecute taints it owns there.

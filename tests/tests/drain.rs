@@ -10,11 +10,12 @@ use http::Method;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use support::{
-    NoExecute, NoSchedule, cond, harness, harness_with_clock, pod, policy, scenario, served_node,
-    verifier::assert_event,
+    NoExecute, NoSchedule, ago, cond, harness, harness_with_clock, pod, policy, scenario,
+    served_node, verifier::assert_event,
 };
 use taint_operator::{
     controller::{
+        node_drains::ZONE_HELD_RECHECK,
         node_queue::Next,
         node_reconciler::{WAKE_LATE, reconcile_node},
     },
@@ -380,4 +381,45 @@ async fn the_pace_holds_the_second_switch_of_a_zone_for_one_interval() {
     .await;
     // n2's turn is ten seconds after n1's switch.
     assert_eq!(next, Next::After(Duration::from_millis(10_005)));
+}
+
+/// n1 of zone a is draining when others of its zone break: while the zone settles
+/// (a node broke 2 s ago; `zoneSettle` is 5 s) or is held (3 of 4 broken), the
+/// reconcile lists no pod, evicts nothing and writes nothing, and comes back when
+/// the zone is judged (settling) or rechecked (held).
+#[tokio::test]
+async fn a_settling_or_held_zone_evicts_nothing_from_a_draining_node() {
+    let cases = [
+        (ago(2), false, Duration::from_secs(3) + WAKE_LATE),
+        (ago(600), true, ZONE_HELD_RECHECK + WAKE_LATE),
+    ];
+    for (broke, third_broken, wake) in cases {
+        let n1 = served_node("n1")
+            .zone("a")
+            .condition(NIC, "Kaput")
+            .owned_taint(KEY, "true", NoSchedule, "nic-broken")
+            .annotation("nodetaint.io/drain-started", STARTED)
+            .build();
+        let n2 = served_node("n2")
+            .zone("a")
+            .condition_since(NIC, "Kaput", broke)
+            .build();
+        let n3 = if third_broken {
+            served_node("n3").zone("a").condition(NIC, "Kaput")
+        } else {
+            served_node("n3").zone("a").condition(NIC, "Fine")
+        }
+        .build();
+        let n4 = served_node("n4").zone("a").condition(NIC, "Fine").build();
+        let policy = evicting(json!({"pauseWhenZoneUnhealthy": "50%"}));
+        let (h, api) = harness(&[policy], &[n1, n2, n3, n4]);
+        let next = scenario(
+            h,
+            api,
+            |api| async move { api },
+            |h| async move { reconcile_node(h.node("n1"), h.ctx.clone()).await.unwrap() },
+        )
+        .await;
+        assert_eq!(next, Next::After(wake), "third node broken: {third_broken}");
+    }
 }

@@ -3,7 +3,12 @@
 //! happened afterwards. The node reconciler calls these three; the decisions are
 //! the engine's (`engine::drain`), the pace and retries the drain ledger's.
 
-use std::{cell::OnceCell, collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    cell::OnceCell,
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
@@ -36,6 +41,8 @@ pub struct Clearing {
     rounds: Vec<(usize, Round)>,
     /// When to evict again: pods are still in the way.
     pub retry: Option<Duration>,
+    /// The zones read so far, for the gates of the same reconcile.
+    zones: Zones,
 }
 
 impl Clearing {
@@ -76,26 +83,33 @@ fn waiting_for_evictions(
         .collect()
 }
 
-/// Policy `i` judges zones before its drains move (`pauseWhenZoneUnhealthy`).
-fn zone_judged(set: &PolicySet, i: usize) -> bool {
-    drain::rules_of(set, i).is_some_and(|r| r.zone_pause.is_some())
-}
+/// How zones stand for the policies of a set, each read at most once a reconcile:
+/// clearing the way and opening the gates ask the same question at the same moment,
+/// and each answer reads every cached node of the zone.
+#[derive(Debug, Default)]
+struct Zones(Mutex<HashMap<(usize, String), ZoneState>>);
 
-/// How `node`'s zone stands for policy `i`, read from every cached node.
-fn zone_state(
-    set: &PolicySet,
-    i: usize,
-    node: &NodeView,
-    nodes: &[Arc<CachedNode>],
-    pods: &PodIndex,
-    now: Timestamp,
-) -> ZoneState {
-    let Some(rules) = drain::rules_of(set, i) else {
-        return ZoneState::Open;
-    };
-    let zone = drain::zone_of(&node.labels);
-    let health = drain::zone_health(set, i, zone, nodes.iter().map(|n| &n.view), pods, now);
-    rules.zone_state(&health, now)
+impl Zones {
+    /// How `node`'s zone stands for policy `i`; `nodes` gives every cached node.
+    fn state<'n>(
+        &self,
+        set: &PolicySet,
+        i: usize,
+        node: &NodeView,
+        nodes: impl FnOnce() -> &'n [Arc<CachedNode>],
+        pods: &PodIndex,
+        now: Timestamp,
+    ) -> ZoneState {
+        let Some(rules) = drain::rules_of(set, i).filter(|r| r.zone_pause.is_some()) else {
+            return ZoneState::Open;
+        };
+        let zone = drain::zone_of(&node.labels);
+        let mut known = self.0.lock().expect("zone states lock");
+        *known.entry((i, zone.to_string())).or_insert_with(|| {
+            let nodes = nodes().iter().map(|n| &n.view);
+            rules.zone_state(&drain::zone_health(set, i, zone, nodes, pods, now), now)
+        })
+    }
 }
 
 /// Evicts the pods in the way of every drain of `node` that waits for them. A
@@ -108,22 +122,23 @@ pub async fn clear_the_way(
     now: Timestamp,
 ) -> Clearing {
     let name = node.name();
+    let zones = Zones::default();
     let waiting = {
         let pods = ctx.pods.read().expect("pod cache lock");
         let eval = evaluate_node(set, &node.view, pods.index(), now);
         let mut waiting = waiting_for_evictions(set, &eval, &node.view, now);
         // A zone that is settling or held evicts nothing: its nodes only keep the
         // NoSchedule stand-in until it is judged healthy.
-        if waiting.iter().any(|&i| zone_judged(set, i)) {
-            let nodes = ctx.nodes.state();
-            waiting.retain(|&i| {
-                zone_state(set, i, &node.view, &nodes, pods.index(), now) == ZoneState::Open
-            });
-        }
+        let nodes = OnceCell::new();
+        waiting.retain(|&i| {
+            let all = || nodes.get_or_init(|| ctx.nodes.state()).as_slice();
+            zones.state(set, i, &node.view, all, pods.index(), now) == ZoneState::Open
+        });
         waiting
     };
     let mut clearing = Clearing {
         evicted: vec![false; set.policies.len()],
+        zones,
         ..Clearing::default()
     };
     if waiting.is_empty() {
@@ -263,7 +278,10 @@ impl<'a> GateKeeper<'a> {
         if drain::rules_of(self.set, i).is_none() {
             return DrainGate::default();
         }
-        let zone_state = || zone_state(self.set, i, node, self.cached(), self.pods, self.now);
+        let zone_state = || {
+            let all = || self.cached();
+            (self.clearing.zones).state(self.set, i, node, all, self.pods, self.now)
+        };
         let gated = self.ctx.drains.lock().expect("drain ledger lock").gate(
             self.set,
             i,
