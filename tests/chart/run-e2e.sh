@@ -8,6 +8,8 @@
 # directory (stopped and removed on exit; KEEP=1 keeps it), exports
 # E2E_KUBECONFIG and runs test_install.py only. Needs KUBE_APISERVER_BIN and
 # ETCD_BIN (see e2e/README.md); without them it prints why and exits 0 (skip).
+# With KUBE_CONTROLLER_MANAGER_BIN too, its ClusterRole aggregation runs beside
+# them (the user roles' checks through view and edit need it).
 # To use a cluster you already have, run instead:
 #   E2E_KUBECONFIG=/path/to/kubeconfig bash tests/chart/run.sh test_install.py
 set -euo pipefail
@@ -29,7 +31,9 @@ done
 python="$("$repo/scripts/test-venv.sh" "${CHART_TEST_VENV:-$here/.venv}" "chart e2e")"
 
 cp_dir="$(mktemp -d "${TMPDIR:-/tmp}/taint-operator-chart-e2e.XXXXXX")"
+kcm_pid=""
 stop() {
+    if [[ -n $kcm_pid ]]; then kill "$kcm_pid" 2>/dev/null || true; wait "$kcm_pid" 2>/dev/null || true; fi
     "$repo/e2e/control-plane.sh" stop "$cp_dir" || true
     # start refuses to run into a directory it did not create the marker in;
     # if it failed before that, the empty temp dir is ours to remove
@@ -49,5 +53,19 @@ elif ((rc != 0)); then
 fi
 
 export E2E_KUBECONFIG="$cp_dir/admin.kubeconfig"
+
+# The built-in view, edit and admin roles get the rules of the roles labelled
+# into them from kube-controller-manager's clusterrole-aggregation controller,
+# which a bare control plane lacks: with KUBE_CONTROLLER_MANAGER_BIN that one
+# controller runs, or test_install.py skips the checks of the chart's user roles
+# through view and edit.
+if [[ -n ${KUBE_CONTROLLER_MANAGER_BIN:-} && -x $KUBE_CONTROLLER_MANAGER_BIN ]]; then
+    "$KUBE_CONTROLLER_MANAGER_BIN" --kubeconfig="$E2E_KUBECONFIG" --controllers=clusterrole-aggregation \
+        --leader-elect=false --secure-port=0 >"$cp_dir/kube-controller-manager.log" 2>&1 &
+    kcm_pid=$!
+else
+    echo "chart e2e: KUBE_CONTROLLER_MANAGER_BIN is not set: no role aggregation"
+fi
+
 cd "$here"
 "$python" -m pytest -p no:cacheprovider -q "$here/test_install.py" "$@"

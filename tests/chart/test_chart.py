@@ -628,6 +628,46 @@ def test_leases_role_in_release_namespace(default):
     ]
 
 
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+READ_VERBS = {"get", "list", "watch"}
+
+
+def test_viewer_role_reads_policies_and_is_aggregated_to_view(default):
+    viewer = default.one("ClusterRole", f"{FULLNAME}-viewer")
+    labels = viewer["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == RELEASE
+    # edit and admin take it in through view (view is aggregated to edit, edit to admin)
+    assert {k: v for k, v in labels.items() if k.startswith(AGGREGATE)} == {f"{AGGREGATE}view": "true"}
+    assert viewer["rules"] == [
+        {
+            "apiGroups": ["nodetaint.io"],
+            "resources": ["taintpolicies", "taintpolicies/status"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    assert "aggregationRule" not in viewer
+
+
+def test_editor_role_writes_policies_and_is_aggregated_to_nothing(default):
+    editor = default.one("ClusterRole", f"{FULLNAME}-editor")
+    # a policy can taint any node and evict any pod: never handed out with edit or admin
+    assert not [k for k in editor["metadata"]["labels"] if k.startswith(AGGREGATE)]
+    (rule,) = editor["rules"]
+    assert rule["apiGroups"] == ["nodetaint.io"]
+    assert rule["resources"] == ["taintpolicies"]
+    assert set(rule["verbs"]) == READ_VERBS | {"create", "update", "patch", "delete"}
+    # neither role is bound by the chart: binding the editor is the cluster admin's call
+    bound = {b["roleRef"]["name"] for b in default.all("ClusterRoleBinding")}
+    assert bound.isdisjoint({f"{FULLNAME}-viewer", f"{FULLNAME}-editor"})
+
+
+def test_user_roles_can_be_left_out(chart):
+    for values in ({"userRoles": {"enabled": False}}, {"rbac": {"create": False}}):
+        names = {o["metadata"]["name"] for o in render(chart, values).all("ClusterRole")}
+        assert names.isdisjoint({f"{FULLNAME}-viewer", f"{FULLNAME}-editor"}), values
+    assert lint_problems({"userRoles": {"enabled": False}}) == []
+
+
 def test_default_has_the_policy_webhook_and_not_the_node_webhook(default):
     assert default.all("MutatingWebhookConfiguration") == []
     assert default.all("Certificate") == []
@@ -1174,6 +1214,7 @@ def test_schema_accepts_valid_values(chart, values):
         ({"crds": {"install": "yes"}}, "/crds/install"),
         ({"crds": {"keep": 1}}, "/crds/keep"),
         ({"crds": {"enabled": True}}, "enabled"),
+        ({"userRoles": {"enabled": "yes"}}, "/userRoles/enabled"),
         ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
         ({"image": {"digest": "0123456789abcdef" * 4}}, "/image/digest"),
         ({"image": {"digest": DIGEST.upper()}}, "/image/digest"),
@@ -1233,6 +1274,7 @@ def test_schema_accepts_valid_values(chart, values):
         "crds-install-string",
         "crds-keep-number",
         "crds-unknown-key",
+        "user-roles-enabled-string",
         "digest-short",
         "digest-no-algorithm",
         "digest-upper-case",

@@ -60,6 +60,7 @@ WEBHOOK_VALUES = {"webhook": {"enabled": True}}
 HELM_TIMEOUT = 120
 
 CLUSTER_SCOPED = {
+    "FlowSchema",
     "ValidatingWebhookConfiguration",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -96,9 +97,10 @@ def must_get(kind: str, name: str, namespace: str | None = None) -> dict[str, An
     return obj
 
 
-def can_i(verb: str, resource: str, *extra: str) -> str:
-    done = kubectl("auth", "can-i", verb, resource, f"--as={SERVICE_ACCOUNT}", *extra, check=False)
-    answer = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+def can_i(verb: str, resource: str, *extra: str, user: str = SERVICE_ACCOUNT) -> str:
+    done = kubectl("auth", "can-i", verb, resource, f"--as={user}", *extra, check=False)
+    # "no" may come with a reason: "no - RBAC: clusterrole ... not found"
+    answer = done.stdout.split()[0] if done.stdout.strip() else ""
     assert answer in ("yes", "no"), f"kubectl auth can-i: {done.stdout}\n{done.stderr}"
     return answer
 
@@ -214,6 +216,8 @@ def test_every_manifest_object_exists(installed):
         # the TaintPolicy webhook, on by default
         "Secret",
         "ValidatingWebhookConfiguration",
+        # the operator's requests served at workload-high (API Priority and Fairness)
+        "FlowSchema",
     }
     for obj in objects:
         kind, name, namespace = object_ref(obj)
@@ -347,6 +351,102 @@ def test_service_account_permissions(installed, verb, resource, extra, expected)
     assert can_i(verb, resource, *extra) == expected, (
         f"can {SERVICE_ACCOUNT} {verb} {resource} {' '.join(extra)}?"
     )
+
+
+# --------------------------------------------------------------------------- user roles
+
+TAINTPOLICIES = "taintpolicies.nodetaint.io"
+EDITOR = f"{FULLNAME}-editor"
+# One user per ClusterRole, bound to it alone: the built-in view, edit and admin
+# roles, and the chart's editor.
+ROLE_USERS = {
+    "view": f"viewer-{SUFFIX}",
+    "edit": f"edit-{SUFFIX}",
+    "admin": f"admin-{SUFFIX}",
+    EDITOR: f"editor-{SUFFIX}",
+}
+
+
+def holds_policy_rules(role: str) -> bool:
+    rules = must_get("clusterrole", role).get("rules") or []
+    return any("taintpolicies" in r.get("resources", []) for r in rules)
+
+
+@pytest.fixture(scope="module")
+def role_users(installed):
+    """The users of ROLE_USERS, bound, once view, edit and admin have taken in the
+    chart's viewer role (asynchronously, by kube-controller-manager's
+    clusterrole-aggregation controller)."""
+    deadline = time.monotonic() + 20
+    while not must_get("clusterrole", "view").get("rules"):
+        if time.monotonic() > deadline:
+            pytest.skip(
+                "the built-in view role has no rules: no ClusterRole aggregation runs "
+                "(tests/chart/run-e2e.sh runs it with KUBE_CONTROLLER_MANAGER_BIN)"
+            )
+        time.sleep(1)
+    deadline = time.monotonic() + 60
+    while not all(holds_policy_rules(role) for role in ("view", "edit", "admin")):
+        assert time.monotonic() < deadline, "view, edit or admin never took in the viewer role's rules"
+        time.sleep(1)
+    for role, user in ROLE_USERS.items():
+        kubectl("create", "clusterrolebinding", user, f"--clusterrole={role}", f"--user={user}")
+    yield ROLE_USERS
+    kubectl("delete", "clusterrolebinding", *ROLE_USERS.values(), "--ignore-not-found")
+
+
+@pytest.mark.parametrize(
+    ("role", "verb", "extra", "expected"),
+    [
+        # whoever may view the cluster may read policies ...
+        ("view", "list", (), "yes"),
+        ("view", "watch", (), "yes"),
+        ("view", "get", ("--subresource=status",), "yes"),
+        ("edit", "list", (), "yes"),
+        ("admin", "get", (), "yes"),
+        # ... but only a deliberate binding lets anyone write one
+        ("view", "create", (), "no"),
+        ("edit", "create", (), "no"),
+        ("edit", "patch", (), "no"),
+        ("admin", "create", (), "no"),
+        ("admin", "delete", (), "no"),
+        (EDITOR, "create", (), "yes"),
+        (EDITOR, "update", (), "yes"),
+        (EDITOR, "patch", (), "yes"),
+        (EDITOR, "delete", (), "yes"),
+        (EDITOR, "list", (), "yes"),
+        # status is the operator's to write
+        (EDITOR, "patch", ("--subresource=status",), "no"),
+        (EDITOR, "update", ("--subresource=status",), "no"),
+    ],
+    ids=lambda v: (" ".join(v) or "-") if isinstance(v, tuple) else v.replace(FULLNAME, "release"),
+)
+def test_user_role_permissions(role_users, role, verb, extra, expected):
+    user = role_users[role]
+    assert can_i(verb, TAINTPOLICIES, *extra, user=user) == expected, (
+        f"can {user} (bound to {role}) {verb} {TAINTPOLICIES} {' '.join(extra)}?"
+    )
+
+
+def test_user_roles_in_real_requests(role_users):
+    """The same answers for requests the API server serves (server-side dry run of a
+    shipped example policy), not only for the reviews of `kubectl auth can-i`."""
+    policy = next(
+        d for d in yaml.safe_load_all((REPO / "examples" / "nic-kaput.yaml").read_text()) if d
+    )
+    policy["metadata"] = {"name": f"e2e-roles-{SUFFIX}"}
+    manifest = json.dumps(policy)
+
+    def create(role: str) -> subprocess.CompletedProcess:
+        return kubectl(
+            "create", "--dry-run=server", "-f", "-", f"--as={role_users[role]}", stdin=manifest, check=False
+        )
+
+    kubectl("get", "tp", f"--as={role_users['view']}")
+    refused = create("view")
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), refused.stderr
+    allowed = create(EDITOR)
+    assert allowed.returncode == 0, allowed.stderr
 
 
 # --------------------------------------------------------------------------- upgrade: webhook on
@@ -496,6 +596,8 @@ def test_uninstall_keeps_the_crd(uninstalled):
 def test_uninstall_revokes_permissions(uninstalled):
     assert can_i("patch", "nodes") == "no"
     assert can_i("update", "leases.coordination.k8s.io", "-n", NAMESPACE) == "no"
+    # the editor's binding outlives the release; the role it names does not
+    assert can_i("create", TAINTPOLICIES, user=ROLE_USERS[EDITOR]) == "no"
 
 
 
