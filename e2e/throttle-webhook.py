@@ -2,10 +2,13 @@
 """A validating admission webhook for the e2e scenarios that need the API server
 to misbehave in a controlled way. Two modes:
 
-* throttling (--user, --throttle-file): while the file named by --throttle-file
-  exists, it refuses every request of the user named by --user with 429 Too Many
-  Requests, which kube-apiserver passes on to that client as an API server
-  shedding load would; otherwise it allows everything.
+* throttling (--user or --user-prefix, --throttle-file): while the file named by
+  --throttle-file exists, it refuses every request of the user named by --user (or
+  of every user whose name starts with --user-prefix) with 429 Too Many Requests,
+  which kube-apiserver passes on to that client as an API server shedding load
+  would; otherwise it allows everything. With --slow-file, while that file exists
+  each answer to such a user waits --slow-seconds first: an API server that
+  answers, slowly.
 * a black hole for a leader's Lease renewals (--hang-lease, --hang-holder,
   --hang-file): while the file named by --hang-file exists, an UPDATE of the Lease
   named by --hang-lease whose new spec.holderIdentity is --hang-holder (that is, a
@@ -31,17 +34,20 @@ parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--cert", required=True)
 parser.add_argument("--key", required=True)
 parser.add_argument("--user", help="throttling: the user whose requests get 429")
+parser.add_argument("--user-prefix", help="throttling: every user whose name starts with this")
+parser.add_argument("--slow-file", help="throttling: answer slowly while this file exists")
+parser.add_argument("--slow-seconds", type=float, default=3.0, help="throttling: how slowly")
 parser.add_argument("--throttle-file", help="throttling: refuse while this file exists")
 parser.add_argument("--hang-lease", help="black hole: the Lease whose renewals hang")
 parser.add_argument("--hang-holder", help="black hole: the holder whose renewals hang")
 parser.add_argument("--hang-file", help="black hole: hang while this file exists")
 args = parser.parse_args()
-throttling = args.user is not None or args.throttle_file is not None
+throttling = any(a is not None for a in (args.user, args.user_prefix, args.throttle_file))
 hanging = any(a is not None for a in (args.hang_lease, args.hang_holder, args.hang_file))
 if throttling == hanging:
     parser.error("give either --user and --throttle-file, or --hang-lease, --hang-holder and --hang-file")
-if throttling and None in (args.user, args.throttle_file):
-    parser.error("throttling needs both --user and --throttle-file")
+if throttling and (args.throttle_file is None or (args.user is None) == (args.user_prefix is None)):
+    parser.error("throttling needs --throttle-file and one of --user and --user-prefix")
 if hanging and None in (args.hang_lease, args.hang_holder, args.hang_file):
     parser.error("the black hole needs --hang-lease, --hang-holder and --hang-file")
 
@@ -50,11 +56,18 @@ NEVER = threading.Event()
 stdout_lock = threading.Lock()
 
 
+def throttled_user(request):
+    user = request.get("userInfo", {}).get("username") or ""
+    if args.user is not None:
+        return user == args.user
+    return user.startswith(args.user_prefix)
+
+
 def throttle_response(request):
-    refuse = (
-        os.path.exists(args.throttle_file)
-        and request.get("userInfo", {}).get("username") == args.user
-    )
+    ours = throttled_user(request)
+    if ours and args.slow_file is not None and os.path.exists(args.slow_file):
+        time.sleep(args.slow_seconds)
+    refuse = ours and os.path.exists(args.throttle_file)
     response = {"uid": request["uid"], "allowed": not refuse}
     if refuse:
         response["status"] = {

@@ -35,6 +35,13 @@ pub struct ControlPlane {
     keep: bool,
 }
 
+impl ControlPlane {
+    /// Keep DIR, with every log, when this is dropped.
+    pub fn keep_on_drop(&mut self) {
+        self.keep = true;
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         let mut cmd = std::process::Command::new("bash");

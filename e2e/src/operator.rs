@@ -168,6 +168,11 @@ impl Operator {
         &self.log_path
     }
 
+    /// The running process's id, for signals the harness sends itself (SIGSTOP).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()

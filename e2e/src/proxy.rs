@@ -1,20 +1,27 @@
-//! A TCP proxy between the operator and the API server that a scenario can cut.
+//! A TCP proxy between the operator and the API server that a scenario can cut or
+//! black-hole.
 //!
 //! Cut, it drops every open connection and refuses new ones: the operator loses
 //! the API server while the scenario, through its own client, goes on changing the
-//! cluster. TLS passes through untouched (the server's certificate names
-//! 127.0.0.1, which is where the proxy listens too).
+//! cluster. Hung, it keeps every connection open and forwards nothing, so requests
+//! wait for their own timeouts instead of failing at once, as behind a dead route.
+//! TLS passes through untouched (the server's certificate names 127.0.0.1, which is
+//! where the proxy listens too).
+//!
+//! With several upstreams each new connection goes to the next one that accepts,
+//! as a Service spreads connections over its ready endpoints.
 
 use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
 use tokio::{
     net::{TcpListener, TcpStream},
+    sync::watch,
     task::{AbortHandle, JoinHandle},
 };
 
@@ -26,30 +33,44 @@ pub struct Proxy {
     accept: JoinHandle<()>,
 }
 
-#[derive(Default)]
 struct State {
     cut: AtomicBool,
+    /// `true` while hung: nothing is forwarded either way.
+    hung: watch::Sender<bool>,
     connections: Mutex<Vec<AbortHandle>>,
+    upstreams: Vec<SocketAddr>,
+    next: AtomicUsize,
 }
 
 impl Proxy {
     /// Listens on a free loopback port and forwards every connection to `upstream`.
     pub async fn start(upstream: SocketAddr) -> Result<Proxy> {
+        Proxy::start_spread(vec![upstream]).await
+    }
+
+    /// Listens on a free loopback port; each connection goes to the first of
+    /// `upstreams`, from a rotating start, that accepts it.
+    pub async fn start_spread(upstreams: Vec<SocketAddr>) -> Result<Proxy> {
+        if upstreams.is_empty() {
+            return Err("a proxy needs at least one upstream".into());
+        }
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            cut: AtomicBool::new(false),
+            hung: watch::channel(false).0,
+            connections: Mutex::new(Vec::new()),
+            upstreams,
+            next: AtomicUsize::new(0),
+        });
         let accept = tokio::spawn({
             let state = state.clone();
             async move {
-                while let Ok((mut client, _)) = listener.accept().await {
+                while let Ok((client, _)) = listener.accept().await {
                     if state.cut.load(Ordering::SeqCst) {
                         continue; // dropped: the client sees the connection close
                     }
-                    let forward = tokio::spawn(async move {
-                        if let Ok(mut server) = TcpStream::connect(upstream).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                        }
-                    });
+                    let forward = tokio::spawn(forward(state.clone(), client));
                     let mut open = state.connections.lock().expect("proxy lock");
                     open.retain(|c| !c.is_finished());
                     open.push(forward.abort_handle());
@@ -75,9 +96,46 @@ impl Proxy {
         }
     }
 
+    /// Keeps every connection, open or new, silent until [`Proxy::restore`], which
+    /// then closes them.
+    pub fn hang(&self) {
+        self.state.hung.send_replace(true);
+    }
+
     pub fn restore(&self) {
         self.state.cut.store(false, Ordering::SeqCst);
+        self.state.hung.send_replace(false);
     }
+}
+
+async fn forward(state: Arc<State>, mut client: TcpStream) {
+    let mut hung = state.hung.subscribe();
+    if *hung.borrow_and_update() {
+        let _ = hung.wait_for(|h| !*h).await;
+        return;
+    }
+    let Some(mut server) = connect(&state).await else {
+        return;
+    };
+    let hang_started = tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+        _ = hung.wait_for(|h| *h) => true,
+    };
+    if hang_started {
+        // Both sockets stay open and unread until the hang ends.
+        let _ = hung.wait_for(|h| !*h).await;
+    }
+}
+
+async fn connect(state: &State) -> Option<TcpStream> {
+    let n = state.upstreams.len();
+    let start = state.next.fetch_add(1, Ordering::Relaxed);
+    for i in 0..n {
+        if let Ok(server) = TcpStream::connect(state.upstreams[(start + i) % n]).await {
+            return Some(server);
+        }
+    }
+    None
 }
 
 impl Drop for Proxy {
