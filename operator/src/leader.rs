@@ -38,7 +38,10 @@ use kube::{
 };
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::controller::error::{Error, Result};
+use crate::{
+    controller::error::{Error, Result},
+    write_fence::WriteFence,
+};
 
 /// The three durations of an election (see the module's doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +112,7 @@ pub struct LeaderElector {
     leading: Gauge,
     health: Arc<LeaseHealth>,
     observed: Mutex<Option<(Observed, Instant)>>,
+    fence: WriteFence,
 }
 
 /// What one look at the Lease found.
@@ -152,7 +156,16 @@ impl LeaderElector {
             leading,
             health: Arc::default(),
             observed: Mutex::new(None),
+            fence: WriteFence::closed(),
         }
+    }
+
+    /// Moves `fence` with the Lease: open until the renew deadline after each
+    /// acquisition or renewal went out, closed when leadership ends.
+    pub fn with_fence(mut self, fence: WriteFence) -> Self {
+        fence.close();
+        self.fence = fence;
+        self
     }
 
     pub fn health(&self) -> Arc<LeaseHealth> {
@@ -167,10 +180,12 @@ impl LeaderElector {
     pub async fn acquire(&self) {
         let mut logged = false;
         loop {
+            let sent = Instant::now();
             let look =
                 tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew()).await;
             match look {
                 Ok(Ok(Look::Held)) => {
+                    self.fence.open_until(sent + self.timing.renew_deadline);
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
                     self.leading.set(1);
                     return;
@@ -191,6 +206,7 @@ impl LeaderElector {
     /// or not renewed for `renew_deadline`). The caller must stop writing then.
     pub async fn hold(&self) {
         self.renew_while_held().await;
+        self.fence.close();
         self.leading.set(0);
     }
 
@@ -211,6 +227,7 @@ impl LeaderElector {
                 match self.renew_once(renewed).await {
                     Attempt::Renewed => {
                         renewed = sent;
+                        self.fence.open_until(sent + self.timing.renew_deadline);
                         break;
                     }
                     Attempt::Lost => return,
@@ -264,6 +281,7 @@ impl LeaderElector {
 
     /// Gives the lease up on shutdown, so the next replica need not wait it out.
     pub async fn release(&self) {
+        self.fence.close();
         self.leading.set(0);
         let give_up = async {
             if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await {

@@ -12,7 +12,7 @@
 //! | controller | `controller` | queues, reconcilers, the node writer, events, status, the cap ledger |
 //! | drains | `drain` | the pace and eviction retries a drain remembers; listing and evicting a node's pods |
 //! | caches | `cache` | what the watches keep of nodes and pods, and how they decode |
-//! | leaves | `telemetry`, `memory`, `jitter`, `api_connections` | logs and metrics; handing freed memory back; random spread on waits; the HTTP client under kube's |
+//! | leaves | `telemetry`, `memory`, `jitter`, `api_connections`, `write_fence` | logs and metrics; handing freed memory back; random spread on waits; the HTTP client under kube's; until when this replica may write |
 //! | engine | the `engine` crate | the pure decision core |
 
 pub mod admission;
@@ -30,3 +30,4 @@ pub mod plan;
 pub mod run;
 pub mod serve;
 pub mod telemetry;
+pub mod write_fence;

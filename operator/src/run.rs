@@ -38,6 +38,7 @@ use crate::{
         logs::{describe, one_line},
         metrics::Metrics,
     },
+    write_fence::WriteFence,
 };
 
 /// How long a stopping replica waits for its queued node events to go out; well
@@ -207,6 +208,12 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         metrics.clone(),
         initial_lists.clone(),
     );
+    // Closed until this replica holds the Lease; open for good without an election.
+    let fence = if cfg.leader_elect {
+        WriteFence::closed()
+    } else {
+        WriteFence::default()
+    };
     let ctx = Arc::new(Context::new(
         client.clone(),
         NodeStore::default(),
@@ -220,6 +227,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
                 qps: cfg.event_qps,
                 ..EventPace::default()
             },
+            fence: fence.clone(),
             ..ContextOptions::default()
         },
     ));
@@ -232,14 +240,17 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         let (lease_client, _) = client_with(&metrics, 0, timing.renew_deadline)
             .with_subscriber(tracing::subscriber::NoSubscriber::default())
             .await?;
-        Some(LeaderElector::new(
-            lease_client,
-            &cfg.lease_namespace,
-            &cfg.lease_name,
-            &cfg.identity,
-            timing,
-            metrics.leader.clone(),
-        ))
+        Some(
+            LeaderElector::new(
+                lease_client,
+                &cfg.lease_namespace,
+                &cfg.lease_name,
+                &cfg.identity,
+                timing,
+                metrics.leader.clone(),
+            )
+            .with_fence(fence),
+        )
     } else {
         None
     };

@@ -25,6 +25,7 @@ fn layer(module: &str) -> (u8, &'static str) {
         "memory" => (0, "memory"),
         "jitter" => (0, "jitter"),
         "api_connections" => (0, "api_connections"),
+        "write_fence" => (0, "write_fence"),
         other => panic!("module {other} has no layer: add it to layering.rs and lib.rs's table"),
     }
 }

@@ -18,6 +18,7 @@ use support::ApiServerVerifier;
 use taint_operator::{
     leader::{INCONCLUSIVE_PAUSE, LeaderElector, Timing},
     telemetry::metrics::Metrics,
+    write_fence::WriteFence,
 };
 
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/taint-system/leases/taint-operator";
@@ -448,4 +449,36 @@ async fn a_conflict_on_renewal_is_read_again_at_once_and_ends_leadership_if_take
     let (api, again) = server.await.unwrap();
     assert_eq!(again, Duration::ZERO, "read again after {again:?}");
     api.no_more_requests().await;
+}
+
+/// The write fence opens when the Lease is acquired and shuts at the renew
+/// deadline by the clock alone, before the elector's own task has run: a process
+/// frozen past it wakes unable to write.
+#[tokio::test(start_paused = true)]
+async fn the_write_fence_opens_with_the_lease_and_shuts_at_the_renew_deadline() {
+    let metrics = Metrics::default();
+    let (elector, mut api) = elector(&metrics);
+    let fence = WriteFence::default();
+    let elector = elector.with_fence(fence.clone());
+    assert!(!fence.is_open(), "closed until the Lease is ours");
+    let server = tokio::spawn(async move {
+        api.expect(Method::GET, LEASE, None)
+            .await
+            .reply_status(&not_found());
+        let create = api.expect(Method::POST, LEASES, None).await;
+        let body = create.body.clone();
+        create.reply(201, &body);
+        api
+    });
+    elector.acquire().await;
+    assert!(fence.is_open(), "open once acquired");
+    tokio::time::advance(Timing::default().renew_deadline - Duration::from_millis(1)).await;
+    assert!(fence.is_open(), "open until the renew deadline");
+    tokio::time::advance(Duration::from_millis(2)).await;
+    assert!(
+        !fence.is_open(),
+        "shut at the renew deadline, with no task run"
+    );
+    drop(elector);
+    server.await.unwrap().no_more_requests().await;
 }

@@ -1404,3 +1404,31 @@ async fn the_node_watch_keeps_the_node_cache() {
     .await;
     assert_eq!(metrics.nodes_joined.get(), 1);
 }
+
+/// A replica frozen past its renew deadline (SIGSTOP, a stalled VM) wakes with
+/// every timer due at once; a reconcile may run before the task that notices the
+/// lost Lease. The write fence has shut by the clock alone: no patch goes out.
+#[tokio::test]
+async fn a_replica_past_its_renew_deadline_sends_no_patch() {
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], &[n1]);
+    h.ctx.fence.close();
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            reconcile_named(
+                Work {
+                    node: "n1".into(),
+                    by_resync: false,
+                },
+                h.ctx.clone(),
+            )
+            .await
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 0);
+}

@@ -6,6 +6,7 @@
 //! next one. `E2E_ONLY=name,name` runs only the scenarios whose names contain one of
 //! the given strings. See e2e/README.md.
 
+mod chaos;
 mod cli;
 mod common;
 mod day2;
@@ -58,14 +59,22 @@ impl<'a> Suite<'a> {
     }
 
     async fn run(&mut self, name: &'static str, scenario: impl Future<Output = Result>) {
+        self.run_within(name, SCENARIO_TIMEOUT, scenario).await;
+    }
+
+    async fn run_within(
+        &mut self,
+        name: &'static str,
+        limit: Duration,
+        scenario: impl Future<Output = Result>,
+    ) {
         if !self.only.is_empty() && !self.only.iter().any(|o| name.contains(o.as_str())) {
             return;
         }
         println!("\n=== scenario {name}");
         let log_offset = self.h.op.lock().await.log_len();
         let started = Instant::now();
-        let outcome =
-            tokio::time::timeout(SCENARIO_TIMEOUT, AssertUnwindSafe(scenario).catch_unwind()).await;
+        let outcome = tokio::time::timeout(limit, AssertUnwindSafe(scenario).catch_unwind()).await;
         let failure = match outcome {
             Ok(Ok(Ok(()))) => None,
             Ok(Ok(Err(e))) => Some(e.to_string()),
@@ -77,7 +86,7 @@ impl<'a> Suite<'a> {
                     .or_else(|| panic.downcast_ref::<&str>().copied())
                     .unwrap_or("(no message)")
             )),
-            Err(_) => Some(format!("did not finish within {SCENARIO_TIMEOUT:?}")),
+            Err(_) => Some(format!("did not finish within {limit:?}")),
         };
         let elapsed = started.elapsed();
         // An operator that died on its own fails the scenario it died in.
@@ -243,6 +252,13 @@ async fn e2e_suite() {
         // 23-24. the command line: explain a node, plan a change against the live cluster
         s.run("explain a node", cli::explain(h)).await;
         s.run("plan --live", cli::plan_live(h)).await;
+        // 25. all the faults at random together, judged from outside (the soak's two-minute mode)
+        s.run_within(
+            "chaos soak, two minutes",
+            Duration::from_secs(420),
+            chaos::two_minutes(h),
+        )
+        .await;
         s.report()
     };
 

@@ -29,6 +29,7 @@ use crate::{
     controller::node_events::{self, EventPace, EventQueue, WriteActivity},
     drain::ledger::DrainLedger,
     telemetry::metrics::Metrics,
+    write_fence::WriteFence,
 };
 use engine::policy_set::PolicySet;
 
@@ -70,6 +71,8 @@ pub struct Context {
     /// Whether the node and the policy watch keep failing (for /healthz).
     pub node_watch_health: WatchHealth,
     pub policy_watch_health: WatchHealth,
+    /// Until when this replica may write (moved by the leader election).
+    pub fence: WriteFence,
     /// Node events on their way out; see `emit`.
     events: EventQueue,
 }
@@ -131,6 +134,8 @@ pub struct ContextOptions {
     /// When node events go out: after the node writes are idle, within a budget.
     pub event_pace: EventPace,
     pub cleanup_grace: CleanupGrace,
+    /// Until when writes may go out; open for good by default (no election).
+    pub fence: WriteFence,
 }
 
 /// The TaintPolicy a summary event is about, from the policy cache; a policy
@@ -173,6 +178,7 @@ impl Context {
             policy_ref(policies.clone()),
         );
         Context {
+            fence: options.fence,
             events,
             node_writes,
             cleanup_grace: options.cleanup_grace,

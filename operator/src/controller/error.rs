@@ -14,6 +14,8 @@ pub enum Error {
     CleanupPending { policy: String, remaining: usize },
     #[error("policy {policy}: finalizer: {message}")]
     Finalizer { policy: String, message: String },
+    #[error("node {node}: not written: this replica's Lease ran out (renew deadline passed)")]
+    NotLeading { node: String },
 }
 
 impl Error {
@@ -43,6 +45,7 @@ impl Error {
             Error::ConflictRetriesExhausted { .. } => "WriteConflict",
             Error::CleanupPending { .. } => "CleanupPending",
             Error::Finalizer { .. } => "FinalizerError",
+            Error::NotLeading { .. } => "NotLeading",
         }
     }
 }

@@ -179,6 +179,7 @@ pub async fn clear_the_way(
         let round = evictor::evict(
             &ctx.client,
             &ctx.metrics,
+            &ctx.fence,
             policy,
             &taints,
             &pods,

@@ -165,7 +165,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     // What the watch brings while the patch is on its way waits for its answer:
     // most of it is the patch's own echo (see `Context::write_done`).
     ctx.writing(node.name());
-    let result = write_node(&api, &ctx.metrics, node.clone(), replan).await;
+    let result = write_node(&api, &ctx.metrics, &ctx.fence, node.clone(), replan).await;
     ctx.write_done(
         node.name(),
         result

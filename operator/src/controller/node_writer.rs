@@ -32,6 +32,7 @@ use crate::{
     },
     controller::error::{Error, Result},
     telemetry::metrics::Metrics,
+    write_fence::WriteFence,
 };
 use engine::node_plan::NodePlan;
 
@@ -123,6 +124,7 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 pub async fn write_node(
     api: &Api<WatchedNode>,
     metrics: &Metrics,
+    fence: &WriteFence,
     mut node: CachedNode,
     replan: impl Fn(&CachedNode) -> NodePlan,
 ) -> Result<Option<Written>> {
@@ -138,6 +140,10 @@ pub async fn write_node(
         };
         let patch: json_patch::Patch =
             serde_json::from_value(patch).expect("build_patch writes valid JSON patches");
+        // Checked last, just before the request goes out: see `write_fence`.
+        if !fence.is_open() {
+            return Err(Error::NotLeading { node: name });
+        }
         metrics.node_writes.inc();
         let sent = std::time::Instant::now();
         let answer = patch_node(api.clone().into_client(), &name, &params, patch).await;

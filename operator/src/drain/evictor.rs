@@ -9,7 +9,10 @@ use kube::{Api, Client, api::ListParams, core::Status};
 use serde_json::json;
 use taint_operator_crd::PolicyTaint;
 
-use crate::telemetry::metrics::{EvictionLabels, Metrics};
+use crate::{
+    telemetry::metrics::{EvictionLabels, Metrics},
+    write_fence::WriteFence,
+};
 use engine::drain::{in_the_way, pod_key};
 
 /// The pods bound to `node` (field selector `spec.nodeName`), whole: their
@@ -53,6 +56,7 @@ impl Round {
 pub async fn evict(
     client: &Client,
     metrics: &Metrics,
+    fence: &WriteFence,
     policy: &str,
     taints: &[&PolicyTaint],
     pods: &[Pod],
@@ -62,6 +66,11 @@ pub async fn evict(
     for pod in in_the_way(pods, taints) {
         let key = pod_key(pod);
         if evicted.contains(&key) {
+            continue;
+        }
+        // An eviction is a write like a node patch: only while the Lease is ours.
+        if !fence.is_open() {
+            round.remaining.push(key);
             continue;
         }
         let outcome = match evict_pod(client, pod).await {

@@ -159,6 +159,7 @@ fn build_harness(
                 qps: 0,
             },
             cleanup_grace: grace,
+            ..ContextOptions::default()
         },
     );
     ctx.clock = clock;

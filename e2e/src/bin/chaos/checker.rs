@@ -104,8 +104,17 @@ pub struct Checker {
     converge_times: Vec<(&'static str, f64)>,
 }
 
-fn secs(at: Micros) -> String {
-    format!("{:.3}", at as f64 / 1e6)
+/// A moment as the time of day (UTC) to the millisecond, as in the logs.
+pub fn secs(at: Micros) -> String {
+    let ms = at.div_euclid(1000);
+    let day_ms = ms.rem_euclid(86_400_000);
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000
+    )
 }
 
 fn taints_str(taints: &[TaintRec]) -> String {

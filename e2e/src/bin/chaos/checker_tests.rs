@@ -225,7 +225,7 @@ fn a_write_past_the_leases_duration_is_a_violation_and_audit_order_does_not_matt
         write(17 * S, "r0", "nodes", "", "patch", "n1", 200),
     ]);
     assert_eq!(kinds(&c), [WRITER], "{:?}", c.violations());
-    assert!(c.violations()[0].what.contains("at 17.000"));
+    assert!(c.violations()[0].what.contains("at 00:00:17.000"));
 }
 
 fn pod(node: &str, ready: bool, terminating: bool) -> Option<PodState> {

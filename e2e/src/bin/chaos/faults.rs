@@ -70,6 +70,18 @@ impl Faults {
             .position(|r| r.identity == holder)
     }
 
+    /// Waits (a minute at most) until a replica holds the Lease.
+    pub async fn wait_for_leader(&self) -> Result {
+        for _ in 0..300 {
+            if let Some(i) = self.leader().await {
+                println!("chaos: {} leads", self.cluster.replicas[i].identity);
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("no replica took the Lease within a minute")
+    }
+
     async fn target(&self, target: Target) -> usize {
         match target {
             Target::Replica(i) => i % self.cluster.replicas.len(),

@@ -16,7 +16,6 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::ExitCode,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -152,18 +151,21 @@ impl Run {
 }
 
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn main() {
     let args = Args::parse();
-    match run(args).await {
+    let code = match run(args).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("chaos: {e}");
-            ExitCode::from(2)
+            2
         }
-    }
+    };
+    // At once: the watches and the audit reader would otherwise keep retrying
+    // against the stopped control plane while the runtime shuts down.
+    std::process::exit(code);
 }
 
-async fn run(args: Args) -> Result<ExitCode> {
+async fn run(args: Args) -> Result<i32> {
     let repo_root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("e2e/ is inside the workspace")
@@ -185,7 +187,7 @@ async fn run(args: Args) -> Result<ExitCode> {
         operator_bin,
     };
     let Some(cluster) = setup::start(&repo_root, &options).await? else {
-        return Ok(ExitCode::from(3));
+        return Ok(3);
     };
     let cluster = Arc::new(cluster);
     println!(
@@ -248,6 +250,7 @@ async fn run(args: Args) -> Result<ExitCode> {
         checker: checker.clone(),
         tx: tx.clone(),
     };
+    faults.wait_for_leader().await?;
     run.converge("start").await;
 
     let stats = Arc::new(Mutex::new(ActionStats::default()));
@@ -332,11 +335,7 @@ async fn run(args: Args) -> Result<ExitCode> {
     }
     cluster.stop();
     println!("{}", report.json);
-    Ok(if report.violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if report.violations == 0 { 0 } else { 1 })
 }
 
 /// Cycle labels live as long as the run.

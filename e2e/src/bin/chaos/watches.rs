@@ -12,7 +12,10 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    runtime::watcher::{self, watcher},
+    runtime::{
+        WatchStreamExt,
+        watcher::{self, watcher},
+    },
 };
 use taint_operator_crd::TaintPolicy;
 use tokio::sync::mpsc::UnboundedSender;
@@ -151,7 +154,7 @@ async fn follow<K, S, F>(
     while let Some(item) = stream.next().await {
         let at = now_micros();
         let Ok(event) = item else {
-            continue; // the watcher retries on its own; a relist follows
+            continue; // the watcher retries, with backoff; a relist follows
         };
         match event {
             watcher::Event::Init => {
@@ -190,7 +193,7 @@ pub fn start(client: &Client, namespaces: &[&str], tx: UnboundedSender<Event>) {
     let cfg = || watcher::Config::default();
     let nodes: Api<Node> = Api::all(client.clone());
     tokio::spawn(follow(
-        watcher(nodes, cfg().labels(&format!("{RUN_LABEL}=1"))),
+        watcher(nodes, cfg().labels(&format!("{RUN_LABEL}=1"))).default_backoff(),
         tx.clone(),
         Some(|at| Event::NodesRelisted { at }),
         |at, _, name, n: Option<&Node>| Event::Node {
@@ -202,7 +205,7 @@ pub fn start(client: &Client, namespaces: &[&str], tx: UnboundedSender<Event>) {
     for ns in namespaces {
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         tokio::spawn(follow(
-            watcher(pods, cfg()),
+            watcher(pods, cfg()).default_backoff(),
             tx.clone(),
             None,
             |at, ns, name, p: Option<&Pod>| Event::Pod {
@@ -214,7 +217,7 @@ pub fn start(client: &Client, namespaces: &[&str], tx: UnboundedSender<Event>) {
         ));
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
         tokio::spawn(follow(
-            watcher(pdbs, cfg()),
+            watcher(pdbs, cfg()).default_backoff(),
             tx.clone(),
             None,
             |at, ns, name, b: Option<&PodDisruptionBudget>| Event::Budget {
@@ -227,7 +230,7 @@ pub fn start(client: &Client, namespaces: &[&str], tx: UnboundedSender<Event>) {
     }
     let policies: Api<TaintPolicy> = Api::all(client.clone());
     tokio::spawn(follow(
-        watcher(policies, cfg()),
+        watcher(policies, cfg()).default_backoff(),
         tx,
         None,
         |at, _, name, p: Option<&TaintPolicy>| Event::Policy {
