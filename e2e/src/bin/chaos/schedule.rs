@@ -203,13 +203,21 @@ impl Schedule {
     }
 
     /// Faults come off a shuffled deck of every kind, so a run of a few cycles
-    /// has injected each kind at least once.
-    fn draw_fault(&mut self) -> FaultKind {
-        if self.deck.is_empty() {
-            self.deck = FAULT_KINDS.to_vec();
-            self.rng.shuffle(&mut self.deck);
+    /// has injected each kind at least once; a kind already in this cycle goes
+    /// back under the deck for the next one.
+    fn draw_fault(&mut self, drawn: &[FaultKind]) -> FaultKind {
+        for _ in 0..FAULT_KINDS.len() * 2 {
+            if self.deck.is_empty() {
+                self.deck = FAULT_KINDS.to_vec();
+                self.rng.shuffle(&mut self.deck);
+            }
+            let kind = self.deck.pop().expect("a refilled deck");
+            if !drawn.contains(&kind) {
+                return kind;
+            }
+            self.deck.insert(0, kind);
         }
-        self.deck.pop().expect("a refilled deck")
+        unreachable!("a cycle draws at most three of eight kinds")
     }
 
     pub fn next_cycle(&mut self) -> Cycle {
@@ -217,9 +225,10 @@ impl Schedule {
         self.cycles += 1;
         let chaos = Duration::from_secs(self.rng.range(40, 70));
         let count = 1 + self.rng.below(3);
-        let mut faults = Vec::new();
+        let mut faults: Vec<FaultPlan> = Vec::new();
         for _ in 0..count {
-            let kind = self.draw_fault();
+            let drawn: Vec<FaultKind> = faults.iter().map(|f| f.kind).collect();
+            let kind = self.draw_fault(&drawn);
             let (lo, hi) = kind.length_s();
             let length = self.rng.range(lo, hi + 1);
             let start = self
@@ -408,6 +417,14 @@ mod tests {
                 .flat_map(|c| c.faults.iter().map(|f| f.kind))
                 .collect();
             assert_eq!(kinds.len(), FAULT_KINDS.len(), "seed {seed}: {kinds:?}");
+        }
+    }
+
+    #[test]
+    fn a_cycle_never_draws_one_kind_twice() {
+        for c in cycles(3, 200) {
+            let kinds: BTreeSet<FaultKind> = c.faults.iter().map(|f| f.kind).collect();
+            assert_eq!(kinds.len(), c.faults.len(), "{c:?}");
         }
     }
 

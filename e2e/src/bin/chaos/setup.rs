@@ -475,8 +475,10 @@ pub async fn set_pod_ready(client: &Client, ns: &str, name: &str, ready: bool) -
     Ok(())
 }
 
+/// Workloads of five pods: about one pod for every five nodes, most on spot nodes,
+/// so preempted spot nodes have pods to drain.
 pub fn app_count(nodes: usize) -> usize {
-    (nodes / 100).clamp(2, 8)
+    (nodes / 25).clamp(2, 20)
 }
 
 pub fn app_name(app: usize) -> String {
