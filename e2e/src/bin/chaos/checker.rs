@@ -64,6 +64,16 @@ struct PendingSwitch {
     pods: Vec<(String, String)>,
 }
 
+/// How much of each invariant the run exercised, for the report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Per capped policy: the most nodes its taints were on at once, and its cap.
+    pub cap_peaks: BTreeMap<String, (usize, usize)>,
+    pub evictions: u64,
+    pub switches_drained: u64,
+    pub switches_timed_out: u64,
+}
+
 /// A quiet window's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QuietCounts {
@@ -97,6 +107,7 @@ pub struct Checker {
     node_writes: Vec<(Micros, String)>,
     visible_changes: Vec<(Micros, String)>,
     pub quiet_totals: QuietCounts,
+    pub coverage: Coverage,
     recent: BTreeMap<String, VecDeque<String>>,
     checks: BTreeMap<&'static str, u64>,
     violations: Vec<Violation>,
@@ -352,7 +363,8 @@ impl Checker {
     }
 
     fn recount_caps(&mut self, at: Micros, node: &str) {
-        let capped: Vec<(String, usize, Vec<(String, String)>)> = self
+        type Capped = (String, usize, Vec<(String, String)>);
+        let capped: Vec<Capped> = self
             .policies
             .iter()
             .filter_map(|(name, p)| {
@@ -371,6 +383,8 @@ impl Checker {
                 .map(|(n, _)| n)
                 .collect();
             let count = carrying.len();
+            let peak = self.coverage.cap_peaks.entry(policy.clone()).or_default();
+            *peak = (peak.0.max(count), cap);
             self.check(CAP);
             if count > cap {
                 if self.over_cap.insert(policy.clone()) {
@@ -420,35 +434,33 @@ impl Checker {
             }
             let switched = no_execute && !before.is_some_and(|b| has(b, &key, "NoExecute"));
             if switched {
-                match self.drains.get(&slot).copied() {
-                    Some((started, true)) => {
-                        let timed_out =
-                            timeout.is_some_and(|t| at - started >= t * 1_000_000 - WATCH_LAG);
-                        if timed_out {
-                            self.check(BUDGETS);
-                        } else {
-                            let pods = self
-                                .pods
-                                .iter()
-                                .filter(|(_, p)| p.node.as_deref() == Some(node) && p.evictable())
-                                .filter(|(k, _)| {
-                                    self.pod_health
-                                        .get(*k)
-                                        .and_then(|h| h.first())
-                                        .is_some_and(|(first, _)| *first <= at - WATCH_LAG)
-                                })
-                                .map(|(k, _)| k.clone())
-                                .collect();
-                            self.switches.push(PendingSwitch {
-                                due: at + SWITCH_GRACE,
-                                node: node.to_string(),
-                                key: key.clone(),
-                                pods,
-                            });
-                        }
+                // A stand-in put on while the checker was not watching has no known start.
+                if let Some((started, true)) = self.drains.get(&slot).copied() {
+                    let timed_out =
+                        timeout.is_some_and(|t| at - started >= t * 1_000_000 - WATCH_LAG);
+                    if timed_out {
+                        self.check(BUDGETS);
+                        self.coverage.switches_timed_out += 1;
+                    } else {
+                        let pods = self
+                            .pods
+                            .iter()
+                            .filter(|(_, p)| p.node.as_deref() == Some(node) && p.evictable())
+                            .filter(|(k, _)| {
+                                self.pod_health
+                                    .get(*k)
+                                    .and_then(|h| h.first())
+                                    .is_some_and(|(first, _)| *first <= at - WATCH_LAG)
+                            })
+                            .map(|(k, _)| k.clone())
+                            .collect();
+                        self.switches.push(PendingSwitch {
+                            due: at + SWITCH_GRACE,
+                            node: node.to_string(),
+                            key: key.clone(),
+                            pods,
+                        });
                     }
-                    // Put on while the checker was not watching: its start is unknown.
-                    Some((_, false)) | None => {}
                 }
             }
             if !stand_in && !no_execute {
@@ -647,6 +659,7 @@ impl Checker {
             })
             .map(|(k, b)| (k.clone(), b.clone()))
             .collect();
+        self.coverage.evictions += 1;
         for ((ns, name), budget) in covering {
             self.check(BUDGETS);
             let healthy = self
@@ -676,6 +689,7 @@ impl Checker {
 
     fn judge_switch(&mut self, s: PendingSwitch) {
         self.check(BUDGETS);
+        self.coverage.switches_drained += 1;
         let running: Vec<String> = s
             .pods
             .iter()

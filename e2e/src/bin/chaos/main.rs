@@ -315,6 +315,7 @@ async fn run(args: Args) -> Result<i32> {
     for r in &cluster.replicas {
         let _ = r.op.lock().await.kill9().await;
     }
+    let injected = actors.injected.lock().await.clone();
     let report = {
         let mut c = run.checker.lock().expect("checker lock");
         c.finish();
@@ -325,7 +326,7 @@ async fn run(args: Args) -> Result<i32> {
             started.elapsed(),
             &digest,
             &stats.lock().expect("stats lock"),
-            actors.injected.lock().await.clone(),
+            injected,
         )
     };
     std::fs::write(dir.join("report.txt"), &report.text)?;
@@ -407,6 +408,18 @@ fn report(
             .collect();
         let _ = writeln!(t, "  {}", per.join(", "));
     }
+    let cov = &c.coverage;
+    for (policy, (peak, cap)) in &cov.cap_peaks {
+        let _ = writeln!(
+            t,
+            "capped policy {policy}: its taints on at most {peak} nodes at once, cap {cap}"
+        );
+    }
+    let _ = writeln!(
+        t,
+        "evictions by the replicas judged: {}; switches to NoExecute judged: {} after a drain, {} after drainTimeout",
+        cov.evictions, cov.switches_drained, cov.switches_timed_out
+    );
     let q = c.quiet_totals;
     let _ = writeln!(
         t,
