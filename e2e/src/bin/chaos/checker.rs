@@ -58,6 +58,8 @@ struct Tracked {
 }
 
 struct PendingSwitch {
+    /// When the checker saw the switch.
+    at: Micros,
     due: Micros,
     node: String,
     key: String,
@@ -92,6 +94,8 @@ pub struct Checker {
     /// Every key+effect any policy declared, and the stand-ins of eviction policies.
     operator_slots: BTreeSet<(String, String)>,
     budgets: BTreeMap<(String, String), Budget>,
+    /// Pods whose eviction the API server accepted (audit log), and when.
+    evicted: BTreeMap<(String, String), Micros>,
     foreign: BTreeMap<(String, (String, String)), Tracked>,
     over_cap: BTreeSet<String>,
     /// (node, key) → when the checker first saw the NoSchedule stand-in, and
@@ -180,6 +184,11 @@ impl Checker {
             .get(node)
             .map(|l| l.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Whether the checker's node watch has caught up with `nodes` (a fresh list).
+    pub fn sees_nodes(&self, nodes: &BTreeMap<String, NodeState>) -> bool {
+        self.nodes == *nodes
     }
 
     /// Takes one event; audit entries wait in a buffer until [`Checker::settle`].
@@ -455,6 +464,7 @@ impl Checker {
                             .map(|(k, _)| k.clone())
                             .collect();
                         self.switches.push(PendingSwitch {
+                            at,
                             due: at + SWITCH_GRACE,
                             node: node.to_string(),
                             key: key.clone(),
@@ -544,10 +554,11 @@ impl Checker {
                 _ => {}
             }
         }
+        // A switch is judged once the audit log up to its grace has been read.
         let due: Vec<PendingSwitch> = {
             let (due, later) = std::mem::take(&mut self.switches)
                 .into_iter()
-                .partition(|s| s.due <= now);
+                .partition(|s| s.due <= horizon);
             self.switches = later;
             due
         };
@@ -631,7 +642,12 @@ impl Checker {
                     context,
                 );
             }
-            ("pods", "eviction", "create") => self.judge_eviction(&w),
+            ("pods", "eviction", "create") => {
+                self.judge_eviction(&w);
+                self.evicted
+                    .entry((w.namespace.clone(), w.name.clone()))
+                    .or_insert(w.at);
+            }
             _ => {}
         }
     }
@@ -687,6 +703,9 @@ impl Checker {
         }
     }
 
+    /// A pod of the node is in the way if the checker still sees it running there
+    /// and the API server accepted no eviction of it before the switch was seen
+    /// (the audit log, so the pod watch's lag does not count against the operator).
     fn judge_switch(&mut self, s: PendingSwitch) {
         self.check(BUDGETS);
         self.coverage.switches_drained += 1;
@@ -698,13 +717,14 @@ impl Checker {
                     .get(*k)
                     .is_some_and(|p| p.node.as_deref() == Some(s.node.as_str()) && p.evictable())
             })
+            .filter(|k| self.evicted.get(*k).is_none_or(|e| *e > s.at + WATCH_LAG))
             .map(|(ns, name)| format!("{ns}/{name}"))
             .collect();
         if !running.is_empty() {
             let context = self.node_context(&s.node);
             self.violate(
                 BUDGETS,
-                s.due - SWITCH_GRACE,
+                s.at,
                 format!(
                     "node {}: {}:NoExecute went on while {} still ran there, before the drain had evicted them or timed out",
                     s.node,

@@ -327,6 +327,22 @@ fn a_switch_while_a_pod_still_runs_is_a_violation_unless_the_drain_timed_out() {
     let c = run(trailing);
     assert!(c.violations().is_empty(), "{:?}", c.violations());
 
+    // the eviction was accepted before the switch; the pod watch never showed it
+    let mut accepted = base.clone();
+    accepted.push(lease(0, "r0", Some("r0")));
+    accepted.push(write(4 * S, "r0", "pods", "eviction", "create", "a", 201));
+    accepted.push(node_ev(5 * S, "n1", &switched));
+    let c = run(accepted);
+    assert!(c.violations().is_empty(), "{:?}", c.violations());
+
+    // an eviction accepted only after the switch does not excuse it
+    let mut late = base.clone();
+    late.push(lease(0, "r0", Some("r0")));
+    late.push(node_ev(5 * S, "n1", &switched));
+    late.push(write(7 * S, "r0", "pods", "eviction", "create", "a", 201));
+    let c = run(late);
+    assert_eq!(kinds(&c), [BUDGETS], "{:?}", c.violations());
+
     let mut timed_out = base;
     timed_out.push(node_ev(32 * S, "n1", &switched));
     let c = run(timed_out);

@@ -126,6 +126,32 @@ struct Run {
 }
 
 impl Run {
+    /// Waits (20 s at most) until the checker's node view equals a fresh list.
+    async fn wait_for_checker(&self) {
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.cluster.client.clone());
+        let params = kube::api::ListParams::default().labels(&format!("{}=1", world::RUN_LABEL));
+        for _ in 0..100 {
+            if let Ok(list) = nodes.list(&params).await {
+                let fresh: BTreeMap<String, record::NodeState> = list
+                    .items
+                    .iter()
+                    .map(|n| (kube::ResourceExt::name_any(n), watches::node_state(n)))
+                    .collect();
+                if self
+                    .checker
+                    .lock()
+                    .expect("checker lock")
+                    .sees_nodes(&fresh)
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!("chaos: the checker's node watch did not catch up within 20 s");
+    }
+
     async fn converge(&self, after: &'static str) {
         let (seconds, diff) = converge::wait(
             &self.cluster.client,
@@ -299,6 +325,10 @@ async fn run(args: Args) -> Result<i32> {
         run_actions(&actors, &cycle.quiet_actions, Instant::now(), &stats).await;
         run.converge(leak(format!("cycle {} quiet", cycle.index)))
             .await;
+        // The window closes once the checker's node watch has shown every change
+        // the window's writes made: a watch running behind would count writes
+        // against changes it has not delivered yet.
+        run.wait_for_checker().await;
         let _ = tx.send(Event::Quiet {
             at: now_micros(),
             open: false,
