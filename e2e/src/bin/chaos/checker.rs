@@ -39,6 +39,10 @@ pub const AUDIT_DELAY: Micros = 4_000_000;
 pub const SWITCH_GRACE: Micros = 3_000_000;
 /// Watch lag allowed when comparing the checker's view with the audit log's times.
 pub const WATCH_LAG: Micros = 1_000_000;
+/// A budget's status is what the API server judges an eviction by, and the
+/// harness's disruption controller writes it once a second: a pod counts as
+/// healthy for an eviction if it was within this much of it.
+pub const BUDGET_LAG: Micros = 2_000_000;
 /// A drain start first seen this soon after a relist may be older than it looks.
 const RELIST_BLUR: Micros = 10_000_000;
 const RECENT_LINES: usize = 12;
@@ -90,6 +94,9 @@ pub struct Checker {
     pods: BTreeMap<(String, String), PodState>,
     /// When each pod was first seen and each time it became healthy or not.
     pod_health: BTreeMap<(String, String), Vec<(Micros, bool)>>,
+    /// Each pod's labels, kept after it is gone: an eviction is judged seconds
+    /// later, from the audit log, when the evicted pod may be deleted already.
+    pod_labels: BTreeMap<(String, String), BTreeMap<String, String>>,
     policies: BTreeMap<String, PolicyRules>,
     /// Every key+effect any policy declared, and the stand-ins of eviction policies.
     operator_slots: BTreeSet<(String, String)>,
@@ -498,6 +505,7 @@ impl Checker {
                     );
                     self.note(&node.clone(), line);
                 }
+                self.pod_labels.insert(key.clone(), s.labels.clone());
                 self.pods.insert(key, s);
             }
             None => {
@@ -514,17 +522,17 @@ impl Checker {
         }
     }
 
-    /// Whether the pod was healthy at some moment within the watch lag of `at`.
+    /// Whether the pod was healthy at some moment within [`BUDGET_LAG`] of `at`.
     fn healthy_near(&self, key: &(String, String), at: Micros) -> bool {
         let Some(history) = self.pod_health.get(key) else {
             return false;
         };
         let mut healthy = false;
         for (t, h) in history {
-            if *t > at + WATCH_LAG {
+            if *t > at + BUDGET_LAG {
                 break;
             }
-            if *t >= at - WATCH_LAG && healthy {
+            if *t >= at - BUDGET_LAG && healthy {
                 return true;
             }
             healthy = *h;
@@ -662,11 +670,7 @@ impl Checker {
 
     fn judge_eviction(&mut self, w: &Write) {
         let key = (w.namespace.clone(), w.name.clone());
-        let labels = self
-            .pods
-            .get(&key)
-            .map(|p| p.labels.clone())
-            .unwrap_or_default();
+        let labels = self.pod_labels.get(&key).cloned().unwrap_or_default();
         let covering: Vec<((String, String), Budget)> = self
             .budgets
             .iter()
@@ -683,7 +687,7 @@ impl Checker {
                 .keys()
                 .filter(|(pns, _)| *pns == ns)
                 .filter(|k| {
-                    let l = self.pods.get(*k).map(|p| &p.labels);
+                    let l = self.pod_labels.get(*k);
                     l.is_some_and(|l| budget.selector.iter().all(|(k, v)| l.get(k) == Some(v)))
                 })
                 .filter(|k| self.healthy_near(k, w.at))

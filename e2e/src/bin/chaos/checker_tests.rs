@@ -272,6 +272,8 @@ fn deleting_a_pod_or_evicting_below_a_budget_is_a_violation() {
         pod_ev(5 * S, "a", pod("n1", true, true)),
         // a is on its way out: evicting b leaves 1 of the 2 the budget needs
         write(10 * S, "r0", "pods", "eviction", "create", "b", 201),
+        // b is gone by the time the audit entry is judged
+        pod_ev(10 * S + 500_000, "b", None),
         write(11 * S, "r0", "pods", "", "delete", "c", 200),
     ]);
     assert_eq!(kinds(&c), [BUDGETS, BUDGETS], "{:?}", c.violations());
@@ -281,6 +283,24 @@ fn deleting_a_pod_or_evicting_below_a_budget_is_a_violation() {
             .contains("evicted pod apps/b while budget apps/web had 2 healthy pods and needs 2")
     );
     assert!(c.violations()[1].what.contains("deleted pod apps/c"));
+
+    // Evictions the budget allows, of pods deleted a moment later: fine.
+    let c = run(vec![
+        budget(1),
+        pod_ev(0, "a", pod("n1", true, false)),
+        pod_ev(0, "b", pod("n2", true, false)),
+        pod_ev(0, "c", pod("n3", true, false)),
+        lease(0, "r0", Some("r0")),
+        write(5 * S, "r0", "pods", "eviction", "create", "a", 201),
+        pod_ev(5 * S + 300_000, "a", None),
+    ]);
+    assert!(c.violations().is_empty(), "{:?}", c.violations());
+    assert_eq!(c.coverage.evictions, 1);
+    assert_eq!(
+        c.checks()[BUDGETS],
+        1,
+        "the eviction was judged against its budget"
+    );
 }
 
 fn evicting() -> Event {
