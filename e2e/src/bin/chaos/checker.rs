@@ -78,6 +78,9 @@ pub struct Coverage {
     pub evictions: u64,
     pub switches_drained: u64,
     pub switches_timed_out: u64,
+    /// Quiet windows not judged: the checker's node watch listed again within
+    /// them, so it may have missed changes between two of its events.
+    pub quiet_windows_relisted: u64,
 }
 
 /// A quiet window's counts.
@@ -109,6 +112,7 @@ pub struct Checker {
     /// whether that is when it went on.
     drains: BTreeMap<(String, String), (Micros, bool)>,
     relisted: Option<Micros>,
+    relists: Vec<Micros>,
     switches: Vec<PendingSwitch>,
     audit: Vec<Event>,
     lease: Option<LeaseWrite>,
@@ -203,7 +207,10 @@ impl Checker {
         self.now = self.now.max(event.at());
         match event {
             Event::Node { at, name, state } => self.on_node(at, name, state),
-            Event::NodesRelisted { at } => self.relisted = Some(at),
+            Event::NodesRelisted { at } => {
+                self.relisted = Some(at);
+                self.relists.push(at);
+            }
             Event::Pod {
                 at,
                 ns,
@@ -746,6 +753,14 @@ impl Checker {
             .partition(|(_, end)| *end + WATCH_LAG <= judged_until);
         self.quiet_windows = open;
         for (start, end) in done {
+            if self
+                .relists
+                .iter()
+                .any(|r| (start - WATCH_LAG..=end + WATCH_LAG).contains(r))
+            {
+                self.coverage.quiet_windows_relisted += 1;
+                continue;
+            }
             self.check(WRITES);
             let mut per_node: BTreeMap<&str, QuietCounts> = BTreeMap::new();
             for (at, node) in &self.node_writes {

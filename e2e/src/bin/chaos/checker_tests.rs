@@ -425,6 +425,18 @@ fn a_quiet_window_write_that_changed_nothing_is_a_violation() {
         }
     );
 
+    // The same, but the checker's watch listed again in the window: not judged.
+    let mut relisted = base.clone();
+    relisted.push(write(3 * S, "r0", "nodes", "", "patch", "n1", 200));
+    relisted.push(Event::NodesRelisted { at: 5 * S });
+    relisted.push(Event::Quiet {
+        at: 9 * S,
+        open: false,
+    });
+    let c = run(relisted);
+    assert!(c.violations().is_empty(), "{:?}", c.violations());
+    assert_eq!(c.coverage.quiet_windows_relisted, 1);
+
     let mut twice = base;
     twice.push(write(3 * S, "r0", "nodes", "", "patch", "n1", 200));
     // a foreign taint on the node is not the operator's change

@@ -450,6 +450,13 @@ fn report(
         "evictions by the replicas judged: {}; switches to NoExecute judged: {} after a drain, {} after drainTimeout",
         cov.evictions, cov.switches_drained, cov.switches_timed_out
     );
+    if cov.quiet_windows_relisted > 0 {
+        let _ = writeln!(
+            t,
+            "quiet windows not judged because the checker's node watch listed again in them: {}",
+            cov.quiet_windows_relisted
+        );
+    }
     let q = c.quiet_totals;
     let _ = writeln!(
         t,
