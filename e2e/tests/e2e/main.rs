@@ -132,8 +132,32 @@ impl<'a> Suite<'a> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn e2e_suite() {
+/// The suite's threads get 8 MiB of stack, not the test harness's 2 MiB: a debug
+/// build's deserialization of the CRD's nested schema, beside the suite's own
+/// future, overflowed 2 MiB.
+const SUITE_STACK: usize = 8 << 20;
+
+#[test]
+fn e2e_suite() {
+    let suite = std::thread::Builder::new()
+        .name("e2e_suite".into())
+        .stack_size(SUITE_STACK)
+        .spawn(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(4)
+                .thread_stack_size(SUITE_STACK)
+                .enable_all()
+                .build()
+                .expect("a tokio runtime")
+                .block_on(suite())
+        })
+        .expect("the suite's thread");
+    if let Err(panic) = suite.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn suite() {
     let mut h = match Harness::setup().await {
         Ok(Setup::Skip(line)) => {
             // Straight to stderr, past the test harness's output capture.
