@@ -484,9 +484,9 @@ fn report(
     for v in c.violations() {
         let _ = writeln!(
             t,
-            "- [{}] at {:.3}: {}",
+            "- [{}] at {}: {}",
             v.invariant,
-            v.at as f64 / 1e6,
+            checker::secs(v.at),
             v.what
         );
         for line in &v.context {
