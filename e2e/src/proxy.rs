@@ -170,3 +170,98 @@ pub fn kubeconfig_through(kubeconfig: &std::path::Path, port: u16, to: &std::pat
     std::fs::write(to, out.join("\n") + "\n")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// An upstream that echoes what it reads.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+        s.write_all(b"ping").await.ok()?;
+        let mut buf = [0u8; 4];
+        match tokio::time::timeout(within, s.read_exact(&mut buf)).await {
+            Ok(Ok(_)) => Some(buf.to_vec()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn hung_connections_stay_open_and_silent_until_restored() {
+        let proxy = Proxy::start(echo().await).await.unwrap();
+        let mut open = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        assert_eq!(
+            round_trip(&mut open, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some(&b"ping"[..])
+        );
+
+        proxy.hang();
+        // Neither the open connection nor a new one gets an answer, nor is closed.
+        assert_eq!(
+            round_trip(&mut open, Duration::from_millis(300)).await,
+            None
+        );
+        let mut new = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        assert_eq!(round_trip(&mut new, Duration::from_millis(300)).await, None);
+
+        proxy.restore();
+        // The hung connections are closed; a new one works again.
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), new.read_to_end(&mut rest)).await;
+        assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+        let mut again = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .unwrap();
+        assert_eq!(
+            round_trip(&mut again, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some(&b"ping"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_spread_proxy_skips_an_upstream_that_refuses() {
+        let dead = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let proxy = Proxy::start_spread(vec![dead, echo().await]).await.unwrap();
+        for _ in 0..3 {
+            let mut s = TcpStream::connect(("127.0.0.1", proxy.port()))
+                .await
+                .unwrap();
+            assert_eq!(
+                round_trip(&mut s, Duration::from_secs(5)).await.as_deref(),
+                Some(&b"ping"[..])
+            );
+        }
+    }
+}

@@ -57,8 +57,22 @@ fn taint_json(t: &world::ForeignTaint) -> Value {
     }
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+/// A refused optimistic lock: the JSON patch's resourceVersion test (422) or a 409.
+fn is_conflict(e: &taint_operator_e2e::Error) -> bool {
+    matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 409 || s.code == 422)
+}
+
+/// A node's taints as JSON, to write back with a change.
+fn taints_of(n: &Node) -> Vec<Value> {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|ts| {
+            ts.iter()
+                .map(|t| serde_json::to_value(t).unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Actors {
@@ -126,6 +140,27 @@ impl Actors {
         Ok(())
     }
 
+    /// Writes `taints` as the node's whole list, as `manager`, under the
+    /// resourceVersion the node was read at.
+    async fn write_taints(&self, n: &Node, taints: &[Value], manager: &str) -> Result {
+        let patch = json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": n.resource_version()},
+            {"op": "replace", "path": "/spec/taints", "value": taints},
+        ]);
+        let params = PatchParams {
+            field_manager: Some(manager.into()),
+            ..PatchParams::default()
+        };
+        self.nodes()
+            .patch(
+                &n.name_any(),
+                &params,
+                &Patch::<()>::Json(serde_json::from_value(patch)?),
+            )
+            .await?;
+        Ok(())
+    }
+
     async fn toggle(&self, policy: &str, field: &str) -> Result {
         let api: Api<TaintPolicy> = Api::all(self.client.clone());
         let p = api.get(policy).await?;
@@ -158,16 +193,7 @@ impl Actors {
         }
         for _ in 0..5 {
             let n = self.nodes().get(node).await?;
-            let mut taints: Vec<Value> = n
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .map(|ts| {
-                    ts.iter()
-                        .map(|t| serde_json::to_value(t).unwrap_or_default())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let mut taints = taints_of(&n);
             let same = |t: &Value| t["key"] == taint.key && t["effect"] == taint.effect;
             let had = taints.iter().any(same);
             taints.retain(|t| !same(t));
@@ -176,23 +202,7 @@ impl Actors {
             } else if !had {
                 return Ok(());
             }
-            let patch = json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": n.resource_version()},
-                {"op": "replace", "path": "/spec/taints", "value": taints},
-            ]);
-            let params = PatchParams {
-                field_manager: Some(FOREIGN_MANAGER.into()),
-                ..PatchParams::default()
-            };
-            match self
-                .nodes()
-                .patch(
-                    node,
-                    &params,
-                    &Patch::<()>::Json(serde_json::from_value(patch)?),
-                )
-                .await
-            {
+            match self.write_taints(&n, &taints, FOREIGN_MANAGER).await {
                 Ok(_) => {
                     if add {
                         self.foreign.lock().await.insert((node.to_string(), *taint));
@@ -205,7 +215,7 @@ impl Actors {
                     return Ok(());
                 }
                 Err(e) if is_conflict(&e) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
         bail!("node {node}: five conflicts in a row writing a foreign taint")
@@ -221,40 +231,14 @@ impl Actors {
                 let Ok(n) = self.nodes().get(&node).await else {
                     continue;
                 };
-                let taints: Vec<Value> = n
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .map(|ts| {
-                        ts.iter()
-                            .map(|t| serde_json::to_value(t).unwrap_or_default())
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let taints = taints_of(&n);
                 let same = |t: &Value| t["key"] == taint.key && t["effect"] == taint.effect;
                 if !taints.iter().any(same) {
                     continue;
                 }
                 // Seen by the checker's watch by now: the taint went on seconds ago.
-                let kept: Vec<&Value> = taints.iter().filter(|t| !same(t)).collect();
-                let patch = json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": n.resource_version()},
-                    {"op": "replace", "path": "/spec/taints", "value": kept},
-                ]);
-                let params = PatchParams {
-                    field_manager: Some("taint-operator".into()),
-                    ..PatchParams::default()
-                };
-                if self
-                    .nodes()
-                    .patch(
-                        &node,
-                        &params,
-                        &Patch::<()>::Json(serde_json::from_value(patch)?),
-                    )
-                    .await
-                    .is_ok()
-                {
+                let kept: Vec<Value> = taints.iter().filter(|t| !same(t)).cloned().collect();
+                if self.write_taints(&n, &kept, "taint-operator").await.is_ok() {
                     self.foreign.lock().await.remove(&(node.clone(), taint));
                     let what = format!(
                         "removed {} from node {node} as field manager taint-operator",

@@ -127,11 +127,11 @@ pub struct Checker {
     checks: BTreeMap<&'static str, u64>,
     violations: Vec<Violation>,
     faults: BTreeMap<&'static str, u64>,
-    converge_times: Vec<(&'static str, f64)>,
+    converge_times: Vec<(String, f64)>,
 }
 
 /// A moment as the time of day (UTC) to the millisecond, as in the logs.
-pub fn secs(at: Micros) -> String {
+pub fn time_of_day(at: Micros) -> String {
     let ms = at.div_euclid(1000);
     let day_ms = ms.rem_euclid(86_400_000);
     format!(
@@ -165,7 +165,7 @@ impl Checker {
         &self.faults
     }
 
-    pub fn converge_times(&self) -> &[(&'static str, f64)] {
+    pub fn converge_times(&self) -> &[(String, f64)] {
         &self.converge_times
     }
 
@@ -249,7 +249,10 @@ impl Checker {
                     .nodes
                     .get(&node)
                     .is_some_and(|n| n.taints.contains(&taint));
-                self.note(&node, format!("{} harness added foreign {taint}", secs(at)));
+                self.note(
+                    &node,
+                    format!("{} harness added foreign {taint}", time_of_day(at)),
+                );
                 self.foreign.insert(
                     (node, taint.slot()),
                     Tracked {
@@ -261,7 +264,7 @@ impl Checker {
             Event::ForeignRemoving { at, node, taint } => {
                 self.note(
                     &node,
-                    format!("{} harness removes foreign {taint}", secs(at)),
+                    format!("{} harness removes foreign {taint}", time_of_day(at)),
                 );
                 self.foreign.remove(&(node, taint.slot()));
             }
@@ -284,7 +287,7 @@ impl Checker {
                 diff,
             } => {
                 self.check(CONVERGE);
-                self.converge_times.push((after, seconds));
+                self.converge_times.push((after.clone(), seconds));
                 if !diff.is_empty() {
                     self.violate(
                         CONVERGE,
@@ -305,7 +308,7 @@ impl Checker {
             None => self.nodes.remove(&name),
         };
         let Some(state) = state else {
-            self.note(&name, format!("{} node deleted", secs(at)));
+            self.note(&name, format!("{} node deleted", time_of_day(at)));
             self.foreign.retain(|(n, _), _| *n != name);
             self.drains.retain(|(n, _), _| *n != name);
             self.recount_caps(at, &name);
@@ -313,7 +316,11 @@ impl Checker {
         };
         self.note(
             &name,
-            format!("{} node taints {}", secs(at), taints_str(&state.taints)),
+            format!(
+                "{} node taints {}",
+                time_of_day(at),
+                taints_str(&state.taints)
+            ),
         );
         let recreated = before.as_ref().is_some_and(|b| b.uid != state.uid);
         if recreated {
@@ -504,7 +511,7 @@ impl Checker {
                 if let Some(node) = &s.node {
                     let line = format!(
                         "{} pod {}/{} ready={} terminating={}",
-                        secs(at),
+                        time_of_day(at),
                         key.0,
                         key.1,
                         s.ready,
@@ -519,7 +526,7 @@ impl Checker {
                 if let Some(node) = self.pods.get(&key).and_then(|p| p.node.clone()) {
                     self.note(
                         &node,
-                        format!("{} pod {}/{} deleted", secs(at), key.0, key.1),
+                        format!("{} pod {}/{} deleted", time_of_day(at), key.0, key.1),
                     );
                 }
                 self.pods.remove(&key);
@@ -594,7 +601,7 @@ impl Checker {
         }
         self.lease_lines.push_back(format!(
             "{} Lease written by {}: holder {}",
-            secs(l.at),
+            time_of_day(l.at),
             l.user,
             l.holder.as_deref().unwrap_or("(none)")
         ));
@@ -625,7 +632,7 @@ impl Checker {
                             format!(
                                 "{} (written {})",
                                 l.holder.as_deref().unwrap_or("nobody"),
-                                secs(l.at)
+                                time_of_day(l.at)
                             )
                         })
                         .unwrap_or_else(|| "nobody".into());
@@ -637,7 +644,7 @@ impl Checker {
                             w.user,
                             w.verb,
                             w.name,
-                            secs(w.at)
+                            time_of_day(w.at)
                         ),
                         context,
                     );
@@ -790,8 +797,8 @@ impl Checker {
                         "node {node}: {} operator writes and {} changes between {} and {} (no faults)",
                         c.writes,
                         c.transitions,
-                        secs(start),
-                        secs(end)
+                        time_of_day(start),
+                        time_of_day(end)
                     ),
                     context,
                 );

@@ -374,13 +374,13 @@ fn a_cluster_that_did_not_converge_is_a_violation() {
     let c = run(vec![
         Event::Converged {
             at: S,
-            after: "cycle 1",
+            after: "cycle 1".into(),
             seconds: 4.0,
             diff: vec![],
         },
         Event::Converged {
             at: 2 * S,
-            after: "cycle 2",
+            after: "cycle 2".into(),
             seconds: 30.0,
             diff: vec!["n1: add k:NoSchedule (p)".into()],
         },

@@ -152,7 +152,7 @@ impl Run {
         println!("chaos: the checker's node watch did not catch up within 20 s");
     }
 
-    async fn converge(&self, after: &'static str) {
+    async fn converge(&self, after: String) {
         let (seconds, diff) = converge::wait(
             &self.cluster.client,
             &self.cluster.operator_bin,
@@ -277,7 +277,7 @@ async fn run(args: Args) -> Result<i32> {
         tx: tx.clone(),
     };
     faults.wait_for_leader().await?;
-    run.converge("start").await;
+    run.converge("start".into()).await;
 
     let stats = Arc::new(Mutex::new(ActionStats::default()));
     let mut schedule = Schedule::new(args.seed, args.nodes, args.replicas, args.inject_violation);
@@ -316,15 +316,13 @@ async fn run(args: Args) -> Result<i32> {
         while !faults.all_healed().await {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        run.converge(leak(format!("cycle {} heal", cycle.index)))
-            .await;
+        run.converge(format!("cycle {} heal", cycle.index)).await;
         let _ = tx.send(Event::Quiet {
             at: now_micros(),
             open: true,
         });
         run_actions(&actors, &cycle.quiet_actions, Instant::now(), &stats).await;
-        run.converge(leak(format!("cycle {} quiet", cycle.index)))
-            .await;
+        run.converge(format!("cycle {} quiet", cycle.index)).await;
         // The window closes once the checker's node watch has shown every change
         // the window's writes made: a watch running behind would count writes
         // against changes it has not delivered yet.
@@ -367,11 +365,6 @@ async fn run(args: Args) -> Result<i32> {
     cluster.stop();
     println!("{}", report.json);
     Ok(if report.violations == 0 { 0 } else { 1 })
-}
-
-/// Cycle labels live as long as the run.
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
 }
 
 struct Report {
@@ -486,7 +479,7 @@ fn report(
             t,
             "- [{}] at {}: {}",
             v.invariant,
-            checker::secs(v.at),
+            checker::time_of_day(v.at),
             v.what
         );
         for line in &v.context {

@@ -176,7 +176,7 @@ pub enum Event {
     /// The convergence check after a heal: `diff` empty when the cluster matched the plan.
     Converged {
         at: Micros,
-        after: &'static str,
+        after: String,
         seconds: f64,
         diff: Vec<String>,
     },

@@ -269,7 +269,7 @@ pub async fn start(repo_root: &Path, o: &Options) -> Result<Option<Cluster>> {
     .await?;
     let mut replicas = Vec::new();
     let mut webhook_ports = Vec::new();
-    for (i, user) in users.iter().enumerate() {
+    for user in &users {
         sign(
             repo_root,
             &pki,
@@ -301,7 +301,6 @@ pub async fn start(repo_root: &Path, o: &Options) -> Result<Option<Cluster>> {
             "--registered-webhooks".into(),
             "node,taintpolicy".into(),
         ]);
-        let _ = i;
         replicas.push(Arc::new(Replica {
             identity: user.clone(),
             op: Mutex::new(op),
