@@ -26,6 +26,10 @@ e2e:
 image:
     bash scripts/build-image.sh
 
+# A release in dist/VERSION: chart, image (docker-archive, OCI layout), SBOM, SHA256SUMS; with REGISTRY=host:port also pushed, the chart pinned to the image's digest.
+release:
+    bash scripts/release.sh
+
 # Decision-core benchmarks (criterion).
 bench:
     cargo bench -p taint-operator-engine --bench evaluate
