@@ -20,8 +20,8 @@
 # subnet, bridge and cgroup root, its state in DIR/nodes/NAME. The Kubernetes
 # binaries come from $ETCD_BIN, $KUBE_APISERVER_BIN,
 # $KUBE_CONTROLLER_MANAGER_BIN, $KUBE_SCHEDULER_BIN, $KUBELET_BIN,
-# $KUBE_PROXY_BIN; containerd, runc, the CNI plugins, iptables, buildah, gcc and
-# busybox from Debian packages. If any is missing the script prints one line
+# $KUBE_PROXY_BIN; containerd, runc, the CNI plugins, iptables, buildah, gcc,
+# busybox and docker-registry from Debian packages. If any is missing the script prints one line
 # saying which and exits 3 (the test harness treats 3 as "skip"). It never
 # downloads or builds Kubernetes.
 set -euo pipefail
@@ -61,7 +61,7 @@ HOST_DIRS=(/run/containerd/runc/k8s.io /run/containerd/runc /run/containerd/s
   /var/log/containers)
 # The control plane and kube-proxy, one each; `status` wants them running.
 # (`down` stops etcd last: kube-apiserver hangs in shutdown if etcd goes first.)
-HOST_PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+HOST_PROCESSES=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy registry)
 # Pod to pod across nodes without NAT, as in a real cluster: the bridge plugin's
 # ipMasq would masquerade everything leaving a node's /24. Added after
 # kube-proxy's jump (which it prepends), so Service traffic is still masqueraded.
@@ -83,7 +83,8 @@ usage: $0 {up DIR [--nodes N] [--zones a,b,...] [IMAGE.tar...]
   up DIR [IMAGE.tar...]  start a cluster with its state in DIR (new or empty),
                          import each docker/OCI archive into every node's
                          containerd; writes DIR/env (KUBECONFIG, NODES,
-                         BUSYBOX_IMAGE, ...: source it)
+                         BUSYBOX_IMAGE, REGISTRY, ...: source it). REGISTRY is
+                         a registry on loopback every node pulls from
      --nodes N           N nodes, 1 to $MAX_NODES (default 1: node NODE_NAME; more:
                          NODE_NAME-1..N), each its own kubelet and containerd
      --zones a,b,...     label the nodes topology.kubernetes.io/zone round-robin
@@ -114,7 +115,7 @@ check_prerequisites() {
     [[ -n $bin ]] || skip "$var is not set (see e2e/README.md for how to get the binary)"
     [[ -f $bin && -x $bin ]] || skip "$var=$bin is not an executable file (see e2e/README.md)"
   done
-  for tool in containerd ctr runc iptables ip buildah gcc kubectl openssl curl findmnt sysctl; do
+  for tool in containerd ctr runc iptables ip buildah gcc kubectl openssl curl findmnt sysctl docker-registry; do
     command -v "$tool" >/dev/null 2>&1 || skip "'$tool' is not in PATH (Debian packages: see e2e/README.md)"
   done
   for bin in /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/portmap /usr/lib/cni/loopback; do
@@ -407,6 +408,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$N_DIR/cni/net.d"
+  # the cluster's registry (start_registry), reached over plain HTTP
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$DIR/registry/hosts"
 EOF
 }
 
@@ -613,6 +617,37 @@ default_sa() { kc get serviceaccount default -n default; }
 # kube-proxy programmed the `kubernetes` Service
 service_programmed() { iptables -w -t nat -S KUBE-SERVICES 2>/dev/null | grep -qF 'default/kubernetes:https'; }
 
+# The cluster's image registry: Debian's docker-registry on a loopback port,
+# storage in DIR/registry. Every node's containerd pulls from it over plain HTTP
+# (see write_containerd_config); the operator's image and chart are pushed to it
+# (REGISTRY in DIR/env) and installed from it, as from any registry.
+start_registry() {
+  local r=$DIR/registry
+  free_port REGISTRY_PORT 127.0.0.1
+  REGISTRY=127.0.0.1:$REGISTRY_PORT
+  mkdir -p "$r/data" "$r/hosts/$REGISTRY"
+  cat >"$r/config.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $r/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+EOF
+  cat >"$r/hosts/$REGISTRY/hosts.toml" <<EOF
+server = "http://$REGISTRY"
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+  spawn registry docker-registry serve "$r/config.yml"
+  registry_up() { curl -fsS --max-time 2 "http://$REGISTRY/v2/" >/dev/null; }
+  wait_for "the registry on $REGISTRY" 30 registry registry_up
+}
+
 # ---------------------------------------------------------------- up
 on_up_exit() {
   local rc=$?
@@ -673,6 +708,7 @@ cmd_up() {
   gen_certs "$DIR"
   build_images &
   local images_pid=$!
+  start_registry
   start_etcd
   start_apiserver
   start_controllers
@@ -723,6 +759,8 @@ export NODE_NAME=${NODE_LIST[0]}
 export NODES="${NODE_LIST[*]}"
 export NODE_IP=$NODE_IP
 export KUBE_APISERVER_URL=$APISERVER_URL
+# the image registry every node pulls from (plain HTTP on loopback)
+export REGISTRY=$REGISTRY
 EOF
     echo "# the first node's containerd, and each node's (CONTAINERD_ADDRESS_<i>: the i-th of NODES)"
     use_node "${NODE_LIST[0]}"
@@ -750,6 +788,7 @@ EOF
 cluster ready in $((SECONDS - t0))s: ${#NODE_LIST[@]} node(s) on $NODE_IP, API $APISERVER_URL
   nodes    $nodes
   images   $(ctr_ images ls -q | grep -v '^sha256:' | tr '\n' ' ')
+  registry $REGISTRY (every node pulls from it)
   logs     $DIR/*.log
   env      source $DIR/env
   down     $0 down $DIR
@@ -932,7 +971,7 @@ teardown() {
   unmount_all
   remove_cgroups
   remove_host_dirs
-  for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_process "$name"; done
+  for name in registry kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_process "$name"; done
   restore_sysctls
 }
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import helm_python as helm
 import pytest
+from helm_python import registry
 
 import k8s
 
@@ -34,9 +35,6 @@ BINARIES = (
     "KUBELET_BIN",
     "KUBE_PROXY_BIN",
 )
-IMAGE_TAR = k8s.REPO / "target" / "image" / "taint-operator.tar"
-# What the image is built from: a newer file means the archive is stale.
-IMAGE_SOURCES = ("operator", "engine", "Cargo.toml", "Cargo.lock", "Dockerfile")
 HELM_TIMEOUT = 120
 # The operator's namespace enforces Pod Security "restricted": every operator pod of
 # the run (installs, upgrades, the previous chart's) must pass it to exist.
@@ -69,17 +67,6 @@ def missing_binary() -> str | None:
     return None
 
 
-def image_is_stale() -> bool:
-    if not IMAGE_TAR.exists():
-        return True
-    built = IMAGE_TAR.stat().st_mtime
-    files = subprocess.run(
-        ["git", "-C", str(k8s.REPO), "ls-files", "-z", *IMAGE_SOURCES],
-        capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    return any(f and (k8s.REPO / f).exists() and (k8s.REPO / f).stat().st_mtime > built for f in files)
-
-
 def read_env(directory: str) -> None:
     for line in Path(directory, "env").read_text().splitlines():
         if line.startswith("export "):
@@ -92,20 +79,17 @@ def read_env(directory: str) -> None:
 def cluster():
     existing = os.environ.get("E2E_REAL_CLUSTER_DIR")
     if existing:
-        # a cluster from `e2e/cluster.sh up DIR target/image/taint-operator.tar`, left up
+        # a cluster from `e2e/cluster.sh up DIR`, left up
         read_env(existing)
         yield existing
         return
     reason = missing_binary()
     if reason:
         pytest.skip(reason)
-    if image_is_stale():
-        # a static release build: a few minutes
-        subprocess.run(["bash", str(k8s.REPO / "scripts" / "build-image.sh")], check=True)
     directory = tempfile.mkdtemp(prefix="taint-operator-real-")
     script = k8s.REPO / "e2e" / "cluster.sh"
     size = ["--nodes", str(NODES)] + (["--zones", ZONES] if ZONES else [])
-    up = subprocess.run(["bash", str(script), "up", directory, *size, str(IMAGE_TAR)], capture_output=True, text=True)
+    up = subprocess.run(["bash", str(script), "up", directory, *size], capture_output=True, text=True)
     try:
         if up.returncode == 3:
             pytest.skip(up.stderr.strip().splitlines()[-1])
@@ -122,9 +106,39 @@ def cluster():
 
 
 @pytest.fixture(scope="session")
-def chart():
-    with helm.Chart.load(k8s.CHART) as loaded:
+def published(cluster):
+    """`just release` against the cluster's registry (REGISTRY in the cluster's env):
+    the image pushed, the chart pinned to its digest and pushed. Nothing is imported
+    into a node: the nodes pull what the chart names. Returns release.json."""
+    registry = k8s.ENV.get("REGISTRY")
+    if not registry:
+        pytest.fail("the cluster's env has no REGISTRY (a cluster from an older e2e/cluster.sh?)")
+    dist = Path(tempfile.mkdtemp(prefix="taint-operator-dist-"))
+    env = {**os.environ, "REGISTRY": registry, "DIST": str(dist)}
+    started = time.monotonic()
+    # a static release build when the sources changed: a few minutes
+    done = subprocess.run(["bash", str(k8s.REPO / "scripts" / "release.sh")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"scripts/release.sh failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    MEASUREMENTS["just release (build, push image and chart)"] = f"{time.monotonic() - started:.1f} s"
+    record = json.loads((dist / "release.json").read_text())
+    sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=dist, capture_output=True, text=True)
+    assert sums.returncode == 0, f"SHA256SUMS does not check:\n{sums.stdout}{sums.stderr}"
+    yield {**record, "dist": dist}
+    shutil.rmtree(dist, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def chart(published):
+    """The chart as the registry serves it (pulled from oci://, pinned to the pushed
+    image), for the tests' upgrades: every install and upgrade runs that image."""
+    pulled = Path(tempfile.mkdtemp(prefix="taint-operator-chart-"))
+    registry.pull(published["chart"], destination=pulled, version=published["version"], plain_http=True)
+    archive = pulled / f"taint-operator-{published['version']}.tgz"
+    with helm.Chart.load(archive) as loaded:
+        image = loaded.values["image"]
+        assert (image["repository"], image["digest"]) == (published["imageRepository"], published["imageDigest"])
         yield loaded
+    shutil.rmtree(pulled, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -137,8 +151,10 @@ def helm_cfg(cluster):
 
 
 @pytest.fixture(scope="session")
-def release(cluster, chart, helm_cfg):
-    """The chart installed with its default values and the image from `just image`.
+def release(cluster, published, helm_cfg):
+    """The chart installed from the registry with its default values, as
+    `helm install taint-operator oci://REGISTRY/charts/taint-operator --version X`
+    does: the nodes pull the pushed image by digest.
 
     Also measures the time from `helm install` to the first policy enforced: a
     matcher policy on a condition the node already has, applied as soon as the
@@ -151,7 +167,10 @@ def release(cluster, chart, helm_cfg):
     k8s.set_condition("E2EInstallProbe", "True")
     k8s.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": k8s.NAMESPACE, "labels": POD_SECURITY}})
     started = time.monotonic()
-    rel = helm_cfg.install(chart, k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+    rel = helm_cfg.install(
+        published["chart"], k8s.RELEASE, None, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT,
+        chart_version=published["version"], plain_http=True,
+    )
     installed = time.monotonic()
     probe = k8s.matcher_policy("e2e-install-probe", key, "E2EInstallProbe")
     k8s.wait_until(
@@ -165,6 +184,6 @@ def release(cluster, chart, helm_cfg):
     MEASUREMENTS["helm install to first policy enforced"] = f"{enforced - started:.1f} s"
     k8s.delete_policies("e2e-install-probe")
     k8s.set_condition("E2EInstallProbe", "False")
-    yield {"release": rel, "started": started, "logs": logs}
+    yield {"release": rel, "started": started, "logs": logs, "published": published}
     logs.stop()
     helm_cfg.uninstall(k8s.RELEASE, ignore_not_found=True, timeout=HELM_TIMEOUT)

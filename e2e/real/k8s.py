@@ -198,6 +198,14 @@ def matcher_policy(name: str, taint_key: str, condition: str, effect: str = "NoS
     )
 
 
+def policy_ready(name: str) -> bool:
+    """The policy's Ready condition is True (and is about its current generation)."""
+    tp = get("taintpolicy", name) or {}
+    status = tp.get("status", {})
+    ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+    return bool(ready) and ready[0]["status"] == "True" and status.get("observedGeneration") == tp["metadata"]["generation"]
+
+
 def delete_policies(*names: str) -> None:
     """Deletes policies and waits for their finalizer (the operator removes their taints)."""
     if names:

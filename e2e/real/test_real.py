@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import k8s
+import prometheus as prom
 from conftest import HELM_TIMEOUT, MEASUREMENTS
 from k8s import BOOTSTRAPPED, MANAGED, TEST_TAINT_PREFIX, kubectl, wait_until
 
@@ -92,6 +93,25 @@ def test_1_operator_pods_run_ready_with_one_leader(release):
 
     time.sleep(5)
     MEASUREMENTS["operator memory, idle after install"] = k8s.operator_memory()
+
+
+def test_1a_the_operator_runs_the_image_pushed_to_the_registry(release):
+    """Installed from oci://: the Deployment names the pushed image by digest, and the
+    node's containerd pulled exactly that digest from the registry (it was never
+    imported: the node holds it under the registry's name only)."""
+    published = release["published"]
+    want = f"{published['imageRepository']}@{published['imageDigest']}"
+    deployment = k8s.get("deployment", k8s.FULLNAME, k8s.NAMESPACE)
+    images = [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert images == [want], images
+    for p in k8s.live_operator_pods():
+        status = p["status"]["containerStatuses"][0]
+        assert status["imageID"].endswith("@" + published["imageDigest"]), status
+    on_node = k8s.ctr("images", "ls", "-q").split()
+    ours = [ref for ref in on_node if ref.rsplit("/", 1)[-1].startswith(("taint-operator:", "taint-operator@"))]
+    assert ours and all(ref.startswith(published["imageRepository"]) for ref in ours), ours
+    pulls = k8s.items("events", "-n", k8s.NAMESPACE, "--field-selector", "reason=Pulled")
+    assert any(want in e["message"] or published["imageDigest"] in e["message"] for e in pulls), [e["message"] for e in pulls]
 
 
 # --------------------------------------------------------------------------- 1b-1d: the policy webhook
@@ -1334,6 +1354,149 @@ def test_6b_network_policy_is_accepted_and_the_webhooks_still_answer(release, ch
         kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
 
 
+# --------------------------------------------------------------------------- 6c-6f: a real Prometheus
+
+MONITOR_NAMESPACE = "monitoring"
+SCRAPER = "prometheus"
+DASHBOARD = k8s.REPO / "charts" / "taint-operator" / "files" / "grafana-dashboard.json"
+# What Grafana puts in for the dashboard's variables: this release's namespace, and
+# a rate window of several scrapes.
+DASHBOARD_VARIABLES = {"$namespace": k8s.NAMESPACE, "$__rate_interval": "1m"}
+PROM_GOOD, PROM_CONFLICT = "e2e-prom", "e2e-prom-conflict"
+PROM_KEY = TEST_TAINT_PREFIX + "prom"
+
+
+def monitoring_objects(chart: helm.Chart, values: dict) -> tuple[dict, dict]:
+    """The ServiceMonitor and PrometheusRule the chart renders for the release's values."""
+    values = {**values, "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    rendered = chart.render(values, name=k8s.RELEASE, namespace=k8s.NAMESPACE)
+    docs = [d for path, text in rendered.items() if path.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    return monitor, rule
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    board = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for name, value in DASHBOARD_VARIABLES.items():
+                expr = expr.replace(name, value)
+            assert "$" not in expr, f"{panel['title']}: a dashboard variable the test does not fill: {expr}"
+            out.append((panel["title"], expr))
+    return out
+
+
+@pytest.fixture(scope="class")
+def prometheus(release, chart, helm_cfg, tmp_path_factory):
+    reason = prom.missing()
+    if reason:
+        pytest.skip(reason)
+    server = prom.Prometheus(tmp_path_factory.mktemp("prometheus"))
+    values = helm_cfg.get_values(k8s.RELEASE) or {}
+    server.configure(*monitoring_objects(chart, values))
+    server.start()
+    yield server
+    server.stop()
+
+
+def scraped_replicas(server: prom.Prometheus) -> dict[str, float] | None:
+    """pod -> taint_operator_leader, once every live replica is scraped and up."""
+    live = {p["metadata"]["name"] for p in k8s.live_operator_pods()}
+    up = {s["metric"]["pod"]: s["value"][1] for s in server.query('up{job="taint-operator"}')}
+    leader = {s["metric"]["pod"]: float(s["value"][1]) for s in server.query("taint_operator_leader")}
+    if set(leader) != live or any(up.get(p) != "1" for p in live):
+        return None
+    return leader
+
+
+class TestPrometheus:
+    """Debian's Prometheus scrapes the replicas through the chart's Service as the
+    chart's ServiceMonitor says, plain and then with metrics.secure, evaluates the
+    chart's PrometheusRule (each `for` cut to 10 s), and answers every query of the
+    chart's Grafana dashboard."""
+
+    def test_6c_both_replicas_are_scraped_through_the_service(self, release, prometheus):
+        leader = wait_until("both replicas scraped, up", lambda: scraped_replicas(prometheus), 60, 1)
+        assert sorted(leader.values()) == [0.0, 1.0], leader
+        holder = k8s.lease_holder()
+        assert leader[holder] == 1.0, (holder, leader)
+        targets = [t for t in prometheus.targets() if t["labels"].get("job") == "taint-operator"]
+        assert len(targets) == 2 and all(t["scrapeUrl"].startswith("http://") for t in targets), targets
+        service = {t["labels"]["service"] for t in targets}
+        assert service == {k8s.FULLNAME}, service
+        assert {t["labels"]["namespace"] for t in targets} == {k8s.NAMESPACE}
+
+    def test_6d_secure_metrics_are_scraped_with_a_service_account_token(self, release, chart, helm_cfg, prometheus):
+        k8s.apply(namespace(MONITOR_NAMESPACE))
+        k8s.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SCRAPER, "namespace": MONITOR_NAMESPACE}})
+        values = {
+            **(helm_cfg.get_values(k8s.RELEASE) or {}),
+            "metrics": {"secure": True, "readers": [{"kind": "ServiceAccount", "name": SCRAPER, "namespace": MONITOR_NAMESPACE}]},
+        }
+        rel = helm_cfg.upgrade(chart, k8s.RELEASE, values, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT)
+        assert rel["status"] == "deployed"
+        k8s.wait_rollout(180)
+        token = kubectl("create", "token", SCRAPER, "-n", MONITOR_NAMESPACE, "--duration=2h").stdout.strip()
+        prometheus.configure(*monitoring_objects(chart, values), token=token)
+
+        def secure_and_up():
+            targets = [t for t in prometheus.targets() if t["labels"].get("job") == "taint-operator"]
+            live = {p["metadata"]["name"] for p in k8s.live_operator_pods()}
+            ok = {t["labels"]["pod"] for t in targets if t["scrapeUrl"].startswith("https://") and t["health"] == "up"}
+            return targets if ok == live and len(targets) == len(live) else None
+
+        wait_until("both replicas scraped over https with the token", secure_and_up, 60, 1)
+        leader = wait_until("both replicas' leader gauge", lambda: scraped_replicas(prometheus), 30, 1)
+        assert sorted(leader.values()) == [0.0, 1.0], leader
+
+    def test_6e_every_dashboard_query_returns_data_and_a_conflicting_policy_alerts(self, release, prometheus):
+        k8s.set_condition("E2EProm", "False")
+        # the second policy claims the first's taint: Ready=False, reason Conflict
+        k8s.apply(k8s.matcher_policy(PROM_GOOD, PROM_KEY, "E2EProm"))
+        wait_until(f"{PROM_GOOD} Ready", lambda: k8s.policy_ready(PROM_GOOD), 30)
+        k8s.apply(k8s.matcher_policy(PROM_CONFLICT, PROM_KEY, "E2EProm"))
+        try:
+            for status in ("True", "False", "True", "False"):
+                k8s.set_condition("E2EProm", status)
+                wait_until(f"{PROM_KEY} follows E2EProm={status}", lambda: k8s.has_taint(PROM_KEY) == (status == "True"), 20, 0.2)
+            queries = dashboard_queries()
+            empty: list[tuple[str, str]] = []
+
+            def all_answer():
+                empty[:] = [(title, expr) for title, expr in queries if not prometheus.query(expr)]
+                return not empty
+
+            try:
+                wait_until("every dashboard query returns a series", all_answer, 90, 2)
+            except AssertionError:
+                raise AssertionError(f"dashboard queries without data: {empty}") from None
+            MEASUREMENTS["Grafana dashboard queries answered"] = f"{len(queries)} of {len(queries)}"
+
+            alerts = wait_until("TaintPolicyNotReady firing", lambda: prometheus.firing("TaintPolicyNotReady"), 60, 1)
+            assert {a["labels"]["policy"] for a in alerts} == {PROM_CONFLICT}, alerts
+        finally:
+            k8s.delete_policies(PROM_CONFLICT, PROM_GOOD)
+            k8s.set_condition("E2EProm", "False")
+
+    def test_6f_no_leader_alert_fires_when_both_replicas_are_gone(self, release, prometheus):
+        assert not prometheus.firing("TaintOperatorNoLeader")
+        kubectl("scale", "deployment", k8s.FULLNAME, "-n", k8s.NAMESPACE, "--replicas=0")
+        try:
+            wait_until("operator pods gone", lambda: not k8s.operator_pods(), 90, 0.5)
+            started = time.monotonic()
+            wait_until("TaintOperatorNoLeader firing", lambda: prometheus.firing("TaintOperatorNoLeader"), 90, 1)
+            MEASUREMENTS["both replicas gone to TaintOperatorNoLeader firing (for: 10 s)"] = f"{time.monotonic() - started:.1f} s"
+            # absent() turns true once the last series goes stale, a moment after the
+            # leader's gauge went to 0 as it stepped down
+            wait_until("TaintOperatorMetricsAbsent firing", lambda: prometheus.firing("TaintOperatorMetricsAbsent"), 60, 1)
+        finally:
+            kubectl("scale", "deployment", k8s.FULLNAME, "-n", k8s.NAMESPACE, "--replicas=2")
+            k8s.wait_rollout(180)
+
+
 # --------------------------------------------------------------------------- 7
 
 CLEANUP_KEY = TEST_TAINT_PREFIX + "cleanup"
@@ -1433,10 +1596,11 @@ def previous_release(release, helm_cfg, previous_chart):
     readiness policy that is satisfied."""
     assert not k8s.items("taintpolicies"), "policies left before the previous chart goes in"
     kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--timeout=60s", timeout=90)
-    # the image this run built (its tag is this chart's appVersion): no registry holds 0.1.0's
-    current = yaml.safe_load((k8s.CHART / "Chart.yaml").read_text())["appVersion"]
+    # the image this run pushed, by its tag (this chart's appVersion): no registry holds 0.1.0's
+    published = release["published"]
+    image = {"repository": published["imageRepository"], "tag": published["version"]}
     rel = helm_cfg.install(
-        previous_chart["chart"], k8s.RELEASE, {"image": {"tag": current}}, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT
+        previous_chart["chart"], k8s.RELEASE, {"image": image}, namespace=k8s.NAMESPACE, timeout=HELM_TIMEOUT
     )
     assert rel["status"] == "deployed"
     assert deployed_chart() == "taint-operator-0.1.0"

@@ -22,6 +22,7 @@ use crate::{
     },
     controller::{
         context::{Context, ContextOptions},
+        error::Error as ReconcileError,
         node_events::EventPace,
         node_queue::NodeQueue,
         node_reconciler, policy_reconciler, policy_status, resync,
@@ -185,6 +186,9 @@ pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
 pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
     let metrics = Metrics::default();
     metrics.mark_registered(&cfg.registered_webhooks);
+    for controller in [node_reconciler::CONTROLLER, policy_reconciler::CONTROLLER] {
+        metrics.start_error_counts(controller.controller, &ReconcileError::CATEGORIES);
+    }
     // kube logs what goes wrong while it reads the kubeconfig and sends a request;
     // at start-up the one line returned here says it all, so nothing else is
     // printed before it.

@@ -38,6 +38,16 @@ impl Error {
         )
     }
 
+    /// Every value [`Error::category`] gives: the reconcile error counters start at
+    /// zero for each, so a rate or a ratio has a series before the first error.
+    pub const CATEGORIES: [&'static str; 5] = [
+        "ApiError",
+        "WriteConflict",
+        "CleanupPending",
+        "FinalizerError",
+        "NotLeading",
+    ];
+
     /// A short category for metrics labels and event reasons.
     pub fn category(&self) -> &'static str {
         match self {
@@ -55,6 +65,28 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::Error;
+
+    #[test]
+    fn categories_lists_every_category_once() {
+        let every = [
+            Error::kube("get node", kube::Error::Service("reset".into())),
+            Error::ConflictRetriesExhausted {
+                node: "n".into(),
+                attempts: 5,
+            },
+            Error::CleanupPending {
+                policy: "p".into(),
+                remaining: 1,
+            },
+            Error::Finalizer {
+                policy: "p".into(),
+                message: "m".into(),
+            },
+            Error::NotLeading { node: "n".into() },
+        ];
+        let given: Vec<&str> = every.iter().map(Error::category).collect();
+        assert_eq!(given, Error::CATEGORIES);
+    }
 
     #[test]
     fn only_a_request_that_got_no_answer_is_a_transport_error() {

@@ -27,7 +27,7 @@ use engine::{
     policy_set::PolicySet,
 };
 
-const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
+pub const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 
 /// How soon a node held back by `maxTaintedNodes` is evaluated again: nothing else
 /// wakes it when another node heals and frees a place.
@@ -98,7 +98,7 @@ pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
-            controller: "node",
+            controller: CONTROLLER.controller,
             category: error.category(),
         })
         .inc();

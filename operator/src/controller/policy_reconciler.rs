@@ -26,7 +26,7 @@ use crate::{
 };
 use engine::{policy::CompiledPolicy, policy_set::PolicySet};
 
-const CONTROLLER: ControllerLabel = ControllerLabel {
+pub const CONTROLLER: ControllerLabel = ControllerLabel {
     controller: "policy",
 };
 /// Nodes cleaned at once when a policy is deleted.
@@ -68,7 +68,7 @@ pub fn error_policy(policy: Arc<TaintPolicy>, error: &Error, ctx: Arc<Context>) 
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
-            controller: "policy",
+            controller: CONTROLLER.controller,
             category: error.category(),
         })
         .inc();

@@ -354,6 +354,18 @@ impl Metrics {
         }
     }
 
+    /// Creates the reconcile error series of `controller` at zero, one per category,
+    /// so that dashboards and the error-ratio alert read 0, not nothing, until an
+    /// error happens.
+    pub fn start_error_counts(&self, controller: &'static str, categories: &[&'static str]) {
+        for &category in categories {
+            let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
+                controller,
+                category,
+            });
+        }
+    }
+
     /// Sets the per-policy gauges from one status computation over every policy, and
     /// drops the series of policies it no longer covers (deleted ones), so a deleted
     /// policy neither stays "not ready" in alerts nor keeps its nodes counted.
@@ -475,6 +487,21 @@ mod tests {
         assert_eq!(
             samples(&m, "taint_operator_policy_ready"),
             vec![r#"taint_operator_policy_ready{policy="gone"} 0"#.to_string()]
+        );
+    }
+
+    #[test]
+    fn error_counts_start_at_zero_for_each_category() {
+        let m = Metrics::default();
+        m.start_error_counts("node", &["ApiError", "NotLeading"]);
+        let mut lines = samples(&m, "taint_operator_reconcile_errors_total");
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                r#"taint_operator_reconcile_errors_total{controller="node",category="ApiError"} 0"#,
+                r#"taint_operator_reconcile_errors_total{controller="node",category="NotLeading"} 0"#,
+            ]
         );
     }
 }
