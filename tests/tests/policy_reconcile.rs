@@ -526,6 +526,35 @@ async fn status_is_patched_exactly_once_and_not_again_when_equal() {
     }
 }
 
+/// A replica frozen past its renew deadline may wake with the status writer's timer
+/// due: the write fence, shut by the clock alone, keeps its stale status off the
+/// policy (the mock answers no request, so any patch would fail the test).
+#[tokio::test]
+async fn a_replica_past_its_renew_deadline_writes_no_status() {
+    let p = two_taint_policy().build();
+    let nodes = [broken_and_tainted("alpha")];
+    let (h, api) = harness(std::slice::from_ref(&p), &nodes);
+    h.ctx.fence.close();
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            let error = refresh_all(&h.ctx).await.unwrap_err();
+            assert_eq!(error.category(), "NotLeading");
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("taintpolicy nic-broken status: not written"),
+                "{error}"
+            );
+        },
+    )
+    .await;
+    assert_eq!(metrics.status_writes.get(), 0);
+}
+
 /// The per-policy gauges of a policy that is gone must go too: a deleted policy that
 /// stayed "not ready" would page someone forever.
 #[tokio::test]

@@ -14,8 +14,9 @@ pub enum Error {
     CleanupPending { policy: String, remaining: usize },
     #[error("policy {policy}: finalizer: {message}")]
     Finalizer { policy: String, message: String },
-    #[error("node {node}: not written: this replica's Lease ran out (renew deadline passed)")]
-    NotLeading { node: String },
+    /// `object` as `kind name`: "node n1", "taintpolicy p status".
+    #[error("{object}: not written: this replica's Lease ran out (renew deadline passed)")]
+    NotLeading { object: String },
 }
 
 impl Error {
@@ -82,7 +83,9 @@ mod tests {
                 policy: "p".into(),
                 message: "m".into(),
             },
-            Error::NotLeading { node: "n".into() },
+            Error::NotLeading {
+                object: "node n".into(),
+            },
         ];
         let given: Vec<&str> = every.iter().map(Error::category).collect();
         assert_eq!(given, Error::CATEGORIES);

@@ -142,7 +142,9 @@ pub async fn write_node(
             serde_json::from_value(patch).expect("build_patch writes valid JSON patches");
         // Checked last, just before the request goes out: see `write_fence`.
         if !fence.is_open() {
-            return Err(Error::NotLeading { node: name });
+            return Err(Error::NotLeading {
+                object: format!("node {name}"),
+            });
         }
         metrics.node_writes.inc();
         let sent = std::time::Instant::now();

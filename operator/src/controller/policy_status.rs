@@ -87,6 +87,13 @@ pub async fn write_status(
         return Ok(false);
     }
     let name = policy.name_any();
+    // A status is a write like a node's: a frozen leader that woke past its renew
+    // deadline must not overwrite what its successor reported.
+    if !ctx.fence.is_open() {
+        return Err(Error::NotLeading {
+            object: format!("taintpolicy {name} status"),
+        });
+    }
     let api: Api<TaintPolicy> = Api::all(ctx.client.clone());
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
