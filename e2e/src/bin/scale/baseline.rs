@@ -529,7 +529,7 @@ pub(crate) async fn taint_untaint_rounds(
         let t0 = Instant::now();
         let flips = flip_condition(
             client,
-            n,
+            crate::settings::flipped_nodes(args),
             crate::settings::flip_concurrency(args),
             Flipped::Baseline,
             if on { "True" } else { "False" },
@@ -554,7 +554,7 @@ pub(crate) async fn taint_untaint_rounds(
             kind: kind.into(),
             runner: "baseline".into(),
             after_operator,
-            transitions: n,
+            transitions: changes.len(),
             secs: end.saturating_duration_since(t0).as_secs_f64(),
             change_secs,
             latencies_ms: latencies(&changes, &right),

@@ -37,7 +37,9 @@ use crate::{
     },
     procfs::CpuProbes,
     report::Report,
-    settings::{SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency, operator_workers},
+    settings::{
+        SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency, flipped_nodes, operator_workers,
+    },
     setup::{create_all, install_crd, node_json, pod_json, pod_name, pod_status_json},
     write_times::{Anchor, operator_writes},
 };
@@ -190,7 +192,10 @@ pub(crate) async fn drive(
     // ---- the observer
     let observer = Observer::start(config_from(kubeconfig).await?, n)?;
     observer.wait_synced().await;
-    let mut world = World::default();
+    let mut world = World {
+        flipped: flipped_nodes(args),
+        ..World::default()
+    };
     observer.begin(expected_all(defs, n, world));
     observer
         .wait_all_right(Duration::from_secs(60))
@@ -343,6 +348,7 @@ async fn operator_phases(
         field_managers,
     } = cold;
     let n = args.nodes;
+    let sample = flipped_nodes(args);
     let flips = flip_concurrency(args);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
     // Read within milliseconds of the operator's start: no watch of its is old
@@ -441,12 +447,15 @@ async fn operator_phases(
         let changes = match kind {
             "taint" | "untaint" => {
                 let (status, reason) = fault_status(kind == "taint");
-                let f = flip_condition(client, n, flips, Flipped::Fault, status, reason).await?;
+                let f =
+                    flip_condition(client, sample, flips, Flipped::Fault, status, reason).await?;
                 let sent = f.sent.clone();
                 flipped = Some(f);
                 sent
             }
-            "readiness" => ready_critical_pods(client, &args.namespace, n, critical, flips).await?,
+            "readiness" => {
+                ready_critical_pods(client, &args.namespace, sample, critical, flips).await?
+            }
             _ => {
                 let api: Api<TaintPolicy> = Api::all(client.clone());
                 api.delete("bench-always", &DeleteParams::default())
@@ -485,7 +494,7 @@ async fn operator_phases(
         let flip = match flipped {
             Some(f) => {
                 let written =
-                    operator_writes(&op.log_since(log_from)?, n, kind == "taint", &anchor);
+                    operator_writes(&op.log_since(log_from)?, sample, kind == "taint", &anchor);
                 Some(FlipSplit::new(&f, &seen, &right, &written))
             }
             None => None,
@@ -495,7 +504,8 @@ async fn operator_phases(
             kind: kind.into(),
             runner: "operator".into(),
             after_operator: false,
-            transitions: n,
+            // every node for the policy delete, else the flipped ones
+            transitions: changes.len(),
             secs: end.saturating_duration_since(t0).as_secs_f64(),
             change_secs,
             latencies_ms: latencies(&changes, &right),

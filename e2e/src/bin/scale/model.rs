@@ -221,8 +221,11 @@ pub(crate) fn policy_defs(k: usize, ns: &str) -> Vec<PolicyDef> {
 }
 
 /// What the benchmark has done to the cluster so far: decides each node's taints.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct World {
+    /// The nodes `0..flipped` take the condition flips and the readiness patches
+    /// (`--flip-nodes`); the faults and readiness below are theirs only.
+    pub(crate) flipped: usize,
     /// The baseline's fault: its condition is True, so it puts the fault policies'
     /// taints on.
     pub(crate) baseline_fault: bool,
@@ -240,13 +243,30 @@ pub(crate) struct World {
     pub(crate) paired: bool,
 }
 
+impl Default for World {
+    /// Nothing done yet; every node takes the flips.
+    fn default() -> Self {
+        World {
+            flipped: usize::MAX,
+            baseline_fault: false,
+            baseline_standing: false,
+            policies: false,
+            fault: false,
+            critical_ready: false,
+            bootstrapped: false,
+            always_deleted: false,
+            paired: false,
+        }
+    }
+}
+
 fn expected(defs: &[PolicyDef], i: usize, w: World) -> BTreeSet<String> {
     let mut taints: BTreeSet<String> = defs
         .iter()
         .filter(|d| taint_on(d, i, w))
         .map(|d| d.taint.clone())
         .collect();
-    if w.paired && w.baseline_fault && !operator_side(i) {
+    if w.paired && w.baseline_fault && !operator_side(i) && i < w.flipped {
         taints.extend(faults_of_group(defs, group_of(i)).map(|d| paired_key(&d.taint)));
     }
     taints
@@ -255,15 +275,18 @@ fn expected(defs: &[PolicyDef], i: usize, w: World) -> BTreeSet<String> {
 /// Whether policy `d`'s taint is on node `i`. The baseline does the fault policies'
 /// work on the standing taints, so both runners' taint phases make the same nodes.
 fn taint_on(d: &PolicyDef, i: usize, w: World) -> bool {
+    let flipped = i < w.flipped;
     match &d.kind {
         Kind::Fault(groups) if w.paired => {
-            groups.contains(&group_of(i)) && w.policies && w.fault && operator_side(i)
+            groups.contains(&group_of(i)) && w.policies && w.fault && operator_side(i) && flipped
         }
         Kind::Fault(groups) => {
-            groups.contains(&group_of(i)) && (w.baseline_fault || (w.policies && w.fault))
+            groups.contains(&group_of(i))
+                && flipped
+                && (w.baseline_fault || (w.policies && w.fault))
         }
-        Kind::Ready => w.baseline_standing || (w.policies && !w.critical_ready),
-        Kind::Bootstrap => w.baseline_standing || (w.policies && !w.bootstrapped),
+        Kind::Ready => w.baseline_standing || (w.policies && !(w.critical_ready && flipped)),
+        Kind::Bootstrap => w.baseline_standing || (w.policies && !(w.bootstrapped && flipped)),
         Kind::DryRun => false,
         Kind::Always => w.baseline_standing || (w.policies && !w.always_deleted),
     }
@@ -359,6 +382,41 @@ mod tests {
             let added = expected(&defs, i, operator_phase(true)).len()
                 - expected(&defs, i, operator_phase(false)).len();
             assert!((2..=4).contains(&added), "node {i} gains {added}");
+        }
+    }
+
+    /// `--flip-nodes`: the first nodes take every change a phase makes, exactly as
+    /// without a sample; the rest keep the taints they had before the phase.
+    #[test]
+    fn a_flip_sample_changes_its_nodes_as_a_whole_phase_would_and_no_other() {
+        let defs = policy_defs(10, "ns");
+        let sample = 3 * GROUPS;
+        let sampled = |w: World| World {
+            flipped: sample,
+            ..w
+        };
+        let readiness = World {
+            critical_ready: true,
+            bootstrapped: true,
+            ..operator_phase(false)
+        };
+        let before = operator_phase(false);
+        for i in 0..6 * GROUPS {
+            for w in [
+                operator_phase(true),
+                baseline_phase(true),
+                paired_phase(true),
+                readiness,
+            ] {
+                let got = expected(&defs, i, sampled(w));
+                if i < sample {
+                    assert_eq!(got, expected(&defs, i, w), "node {i} in the sample, {w:?}");
+                } else if w.baseline_standing {
+                    assert_eq!(got, expected(&defs, i, baseline_phase(false)), "node {i}");
+                } else {
+                    assert_eq!(got, expected(&defs, i, before), "node {i} outside, {w:?}");
+                }
+            }
         }
     }
 

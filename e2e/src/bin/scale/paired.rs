@@ -24,7 +24,7 @@ use crate::{
         sample_node_bytes, with_operator,
     },
     report::Report,
-    settings::{SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency},
+    settings::{SETTLE_MAX, SETTLE_QUIET, fault_status, flip_concurrency, flipped_nodes},
     write_times::{Anchor, operator_writes},
 };
 
@@ -80,7 +80,7 @@ pub(crate) async fn paired_rounds(
         let (status, reason) = fault_status(on);
         let flips = flip_condition(
             client,
-            n,
+            flipped_nodes(args),
             flip_concurrency(args),
             Flipped::Paired,
             status,
@@ -98,7 +98,8 @@ pub(crate) async fn paired_rounds(
         let after = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
         let d = after.minus(&before);
         let s = op.sample();
-        let op_written = operator_writes(&op.log_since(log_from)?, n, on, &anchor);
+        let op_written =
+            operator_writes(&op.log_since(log_from)?, flipped_nodes(args), on, &anchor);
         let tally = baseline.tally().since(tally_before);
         let node_bytes = Some(sample_node_bytes(client, n).await?);
         let apiserver = apiserver_counters(client).await?.since(&apiserver_before);
@@ -156,7 +157,8 @@ impl Observed<'_> {
     /// `base` with the latencies of one runner's half (`operator_side` or not) and
     /// `written`, its runner's write answers.
     fn half(&self, operator: bool, written: &[Option<Instant>], base: PhaseResult) -> PhaseResult {
-        let mine: Vec<usize> = (0..self.right.len())
+        // the flipped nodes: every node, or the first --flip-nodes
+        let mine: Vec<usize> = (0..self.flips.sent.len())
             .filter(|&i| operator_side(i) == operator)
             .collect();
         let pick = |v: &[Option<Instant>]| -> Vec<Option<Instant>> {

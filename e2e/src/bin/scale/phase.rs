@@ -221,7 +221,10 @@ impl FlipSplit {
         right: &[Instant],
         written: &[Option<Instant>],
     ) -> Self {
-        let right: Vec<Option<Instant>> = right.iter().copied().map(Some).collect();
+        // about the flipped nodes only: the first `flips.sent.len()`
+        let k = flips.sent.len();
+        let (seen, written) = (&seen[..k.min(seen.len())], &written[..k.min(written.len())]);
+        let right: Vec<Option<Instant>> = right.iter().take(k).copied().map(Some).collect();
         FlipSplit {
             sent_to_seen_ms: spans(&flips.sent, seen),
             seen_to_right_ms: spans(seen, &right),

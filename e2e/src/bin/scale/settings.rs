@@ -28,6 +28,11 @@ pub fn flip_concurrency(args: &Args) -> usize {
     args.flip_concurrency.unwrap_or(args.concurrency)
 }
 
+/// How many nodes, from the first, the flips and readiness patches go to.
+pub fn flipped_nodes(args: &Args) -> usize {
+    args.flip_nodes.map_or(args.nodes, |k| k.min(args.nodes))
+}
+
 /// The operator's worker count: as given, else the baseline's concurrency, so the
 /// baseline always has at least as many requests in flight as the operator has workers.
 pub fn operator_workers(args: &Args) -> u16 {
