@@ -3,7 +3,10 @@
 //! Built once per object (by the controller's cache or by `plan`), so evaluation
 //! never re-parses annotations or timestamps.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use k8s_openapi::{
     api::core::v1::{Node, Pod},
@@ -161,7 +164,7 @@ pub struct PodIndex {
     /// Looked up once per node on every evaluation: foldhash rather than SipHash.
     /// The key is the one copy of the node's name: the pod cache's entries share it
     /// (see [`PodIndex::insert`]).
-    by_node: HashMap<ThinStr, Box<[NamespacePods]>, foldhash::fast::RandomState>,
+    by_node: HashMap<ThinStr, NodeEntry, foldhash::fast::RandomState>,
     /// The namespace of every indexed pod, once, with the number of nodes that have
     /// pods in it. All nodes' entries for a namespace share its string, so a
     /// critical-pod check finds the namespace on a node by comparing pointers rather
@@ -172,6 +175,21 @@ pub struct PodIndex {
 /// A namespace that has indexed pods, from [`PodIndex::namespace`].
 #[derive(Debug, Clone, Copy)]
 pub struct Namespace<'a>(&'a ThinStr);
+
+/// A node's pods, and the stamp of their last change.
+#[derive(Debug, Clone, Default)]
+struct NodeEntry {
+    changed: u64,
+    namespaces: Box<[NamespacePods]>,
+}
+
+/// Stamps of pod changes, from one counter for every index in the process: a stamp
+/// is never given out twice, so an equal stamp means the very same pods.
+static CHANGES: AtomicU64 = AtomicU64::new(1);
+
+fn next_change() -> u64 {
+    CHANGES.fetch_add(1, Ordering::Relaxed)
+}
 
 /// The pods of one namespace on one node.
 #[derive(Debug, Clone)]
@@ -193,7 +211,9 @@ impl PodIndex {
             Some((shared, _)) => shared.clone(),
             None => ThinStr::from(node),
         };
-        let namespaces = self.by_node.entry(node.clone()).or_default();
+        let entry = self.by_node.entry(node.clone()).or_default();
+        entry.changed = next_change();
+        let namespaces = &mut entry.namespaces;
         let i = match namespaces.iter().position(|ns| *ns.namespace == *namespace) {
             Some(i) => i,
             None => {
@@ -225,9 +245,11 @@ impl PodIndex {
     }
 
     pub fn remove(&mut self, node: &str, namespace: &str, name: &str) {
-        let Some(namespaces) = self.by_node.get_mut(node) else {
+        let Some(entry) = self.by_node.get_mut(node) else {
             return;
         };
+        entry.changed = next_change();
+        let namespaces = &mut entry.namespaces;
         for ns in namespaces.iter_mut() {
             if *ns.namespace == *namespace {
                 retain(&mut ns.pods, |p| *p.name != *name);
@@ -273,8 +295,15 @@ impl PodIndex {
         NodePods(
             self.by_node
                 .get(node)
-                .map_or(&[], |namespaces| &**namespaces),
+                .map_or(&[], |entry| &*entry.namespaces),
         )
+    }
+
+    /// A stamp of `node`'s pods: it differs whenever a pod was filed or removed
+    /// there since it was read (0 for a node without pods). What a node's
+    /// evaluation read of the index is the same while its stamp is.
+    pub fn changed(&self, node: &str) -> u64 {
+        self.by_node.get(node).map_or(0, |entry| entry.changed)
     }
 
     /// `namespace`, when some indexed pod is in it, for [`NodePods::checked`].
@@ -454,5 +483,28 @@ mod tests {
             [("p4".into(), false, vec![Some("v".into())])]
         );
         assert!(index.pods("n1", "a").is_empty());
+    }
+
+    #[test]
+    fn a_nodes_stamp_changes_with_its_pods_and_only_with_them() {
+        let mut index = PodIndex::new();
+        assert_eq!(index.changed("n1"), 0, "no pods: stamp 0");
+        index.insert("n1", "a", pod("p1", &[], false));
+        let first = index.changed("n1");
+        assert_ne!(first, 0);
+        index.insert("n2", "a", pod("p2", &[], false));
+        assert_eq!(index.changed("n1"), first, "another node's pod");
+        index.insert("n1", "a", pod("p1", &[], true));
+        let readied = index.changed("n1");
+        assert_ne!(readied, first, "the pod became ready");
+        index.remove("n1", "a", "p1");
+        assert_eq!(index.changed("n1"), 0, "its last pod gone");
+        index.insert("n1", "a", pod("p1", &[], true));
+        assert!(
+            ![0, first, readied].contains(&index.changed("n1")),
+            "a stamp is never given twice, even for the same pods again"
+        );
+        let other = PodIndex::from_pods([]);
+        assert_eq!(other.changed("n1"), 0);
     }
 }

@@ -1432,3 +1432,128 @@ async fn a_replica_past_its_renew_deadline_sends_no_patch() {
     .await;
     assert_eq!(metrics.node_writes.get(), 0);
 }
+
+/// A resync plans a node again only when something its last plan read has changed
+/// since: the node, the policies or its pods. A converged fleet's pass then costs a
+/// few lookups a node. Queued by a change, a node is always planned.
+#[tokio::test]
+async fn a_resync_skips_a_node_whose_plan_inputs_have_not_changed() {
+    use taint_operator::{
+        cache::node_cache::CachedNode, controller::context::Brought,
+        telemetry::metrics::ControllerLabel,
+    };
+
+    let broken = served_node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[nic_policy()], &[broken]);
+    let metrics = h.metrics();
+    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            let written = api
+                .expect_node_patch("n1", nic_taint_on_a_bare_node("100"))
+                .await;
+            api.expect_event().await;
+            answer_tx.send(written).unwrap();
+            api
+        },
+        |mut h| async move {
+            let planned = |h: &support::Harness| {
+                h.ctx
+                    .metrics
+                    .reconciles
+                    .get_or_create(&ControllerLabel { controller: "node" })
+                    .get()
+            };
+            let work = |by_resync| Work {
+                node: "n1".into(),
+                by_resync,
+            };
+            // The write: what it wrote needs nothing more, before its echo comes
+            // through the watch and after.
+            reconcile_named(work(false), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 1);
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 1, "the written version is settled");
+            let answer: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(answer_rx.await.unwrap()).unwrap();
+            h.put_node(answer.clone());
+            assert_eq!(h.ctx.watch_brought(&h.node("n1")), Brought::OwnEcho);
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 1, "the write's echo is settled too");
+
+            // Queued by a change: planned whatever the record says.
+            reconcile_named(work(false), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 2);
+
+            // The policies compiled again.
+            h.compile_policies();
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 3);
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 3);
+
+            // A pod came to the node.
+            h.ctx
+                .pods
+                .write()
+                .unwrap()
+                .upsert(1, &pod("default", "web").on("n1").ready().build());
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 4);
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 4);
+
+            // A copy of the same version keeps the record; a version the watch
+            // brings has none, even when it holds the same.
+            let copy: CachedNode = (*h.node("n1")).clone();
+            h.ctx.nodes.apply(copy);
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 4);
+            let mut again = answer;
+            again.metadata.resource_version = Some("102".into());
+            h.put_node(again);
+            reconcile_named(work(true), h.ctx.clone()).await;
+            assert_eq!(planned(&h), 5);
+            drop(h);
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 1);
+    assert_eq!(metrics.resync_corrections.get(), 0);
+}
+
+/// A node whose plan waits for a `for` window keeps no record: every resync plans
+/// it, since the window's end (not a change) is what it waits for.
+#[tokio::test]
+async fn a_resync_plans_a_node_waiting_for_a_window_every_time() {
+    use taint_operator::telemetry::metrics::ControllerLabel;
+
+    let mut p = nic_policy();
+    p.spec.matchers[0].conditions[0].for_ = Some("90m".into());
+    let n1 = served_node("n1").condition(NIC, "Kaput").build();
+    let (h, api) = harness(&[p], &[n1]);
+    let planned = scenario(
+        h,
+        api,
+        |api| async move { api },
+        |h| async move {
+            for _ in 0..3 {
+                let work = Work {
+                    node: "n1".into(),
+                    by_resync: true,
+                };
+                let next = reconcile_named(work, h.ctx.clone()).await;
+                assert!(matches!(next, Next::After(_)));
+            }
+            h.ctx
+                .metrics
+                .reconciles
+                .get_or_create(&ControllerLabel { controller: "node" })
+                .get()
+        },
+    )
+    .await;
+    assert_eq!(planned, 3);
+}

@@ -11,5 +11,6 @@ pub mod pod_cache;
 pub mod pod_proto;
 pub mod pod_watch;
 pub mod proto_watch;
+pub mod settled;
 pub mod slim;
 pub mod watch;

@@ -20,6 +20,7 @@ use taint_operator_crd::{
     BOOTSTRAPPED_ANNOTATION, DRAIN_STARTED_ANNOTATION, MANAGED_TAINTS_ANNOTATION,
 };
 
+use crate::cache::settled::Settled;
 use engine::{
     cluster::{NodeCondition, NodeView, Seconds},
     labels::{NodeLabels, Sym, sym},
@@ -39,6 +40,8 @@ pub struct CachedNode {
     resource_version: Option<Box<str>>,
     pub view: NodeView,
     pub annotations: OurAnnotations,
+    /// What the last plan of this version found nothing to do on.
+    pub settled: Settled,
 }
 
 /// A node as the API hands it over: what the cache keeps, and the little metadata
@@ -127,6 +130,7 @@ impl CachedNode {
             uid: node.metadata.uid.as_deref().map(Box::from),
             resource_version: node.metadata.resource_version.as_deref().map(Box::from),
             view: NodeView::from_node(node),
+            settled: Settled::default(),
             annotations: OurAnnotations {
                 any: node.metadata.annotations.is_some(),
                 managed: annotations(MANAGED_TAINTS_ANNOTATION),
@@ -245,6 +249,7 @@ impl WatchedNode {
             resource_version: m.resource_version.as_deref().map(Box::from),
             view,
             annotations,
+            settled: Settled::default(),
         };
         WatchedNode {
             meta: ObjectMeta {

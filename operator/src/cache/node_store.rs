@@ -53,6 +53,8 @@ impl NodeStore {
     }
 
     /// A complete list: the cache becomes exactly these nodes.
+    // A node's settled record is mutable, but the set hashes and compares names only.
+    #[allow(clippy::mutable_key_type)]
     pub fn replace(&self, nodes: impl IntoIterator<Item = Arc<CachedNode>>) {
         let mut set: HashSet<ByName> = nodes.into_iter().map(ByName).collect();
         set.shrink_to_fit();

@@ -23,6 +23,7 @@ use crate::{
     cache::node_store::NodeStore,
     cache::pod_cache::PodCache,
     cache::pod_watch::PodWatches,
+    cache::settled::PlanInputs,
     controller::annotation_warnings::Reported,
     controller::cap_ledger::CapLedger,
     controller::event_summary::TaintEvent,
@@ -37,7 +38,8 @@ pub struct Context {
     pub client: Client,
     pub nodes: NodeStore,
     pub policies: Store<TaintPolicy>,
-    pub policy_set: RwLock<Arc<PolicySet>>,
+    /// The policies as the engine reads them, with their generation (from 1).
+    policy_set: RwLock<(u64, Arc<PolicySet>)>,
     pub pods: Arc<RwLock<PodCache>>,
     pub pod_watches: PodWatches,
     pub caps: Mutex<CapLedger>,
@@ -191,7 +193,7 @@ impl Context {
             client,
             nodes,
             policies,
-            policy_set: RwLock::new(Arc::new(PolicySet::new([]))),
+            policy_set: RwLock::new((1, Arc::new(PolicySet::new([])))),
             pods: pod_watches.cache(),
             pod_watches,
             caps: Mutex::new(CapLedger::default()),
@@ -206,11 +208,29 @@ impl Context {
     }
 
     pub fn policy_set(&self) -> Arc<PolicySet> {
+        self.policy_set.read().expect("policy set lock").1.clone()
+    }
+
+    /// The policy set and its generation, read together.
+    pub fn policy_set_generation(&self) -> (u64, Arc<PolicySet>) {
         self.policy_set.read().expect("policy set lock").clone()
     }
 
     pub fn set_policy_set(&self, set: PolicySet) {
-        *self.policy_set.write().expect("policy set lock") = Arc::new(set);
+        let mut current = self.policy_set.write().expect("policy set lock");
+        *current = (current.0 + 1, Arc::new(set));
+    }
+
+    /// What a plan of `node` under the policy set of generation `policies` reads
+    /// besides the node.
+    pub fn plan_inputs(&self, policies: u64, node: &str) -> PlanInputs {
+        let pods = self
+            .pods
+            .read()
+            .expect("pod cache lock")
+            .index()
+            .changed(node);
+        PlanInputs { policies, pods }
     }
 
     /// Publishes an event about `reference` now; see `node_events::publish`.
@@ -294,7 +314,9 @@ impl Context {
             *slot = node.resource_version().map(str::to_string);
             return Brought::Parked;
         }
-        if self.is_own_echo(node) {
+        if let Some(written) = self.own_echo_of(node) {
+            // The very version our write returned: what was recorded of its plan holds.
+            node.settled.copy_from(&written.settled);
             self.metrics.node_echoes_skipped.inc();
             self.node_seen(node.name());
             return Brought::OwnEcho;
@@ -318,16 +340,19 @@ impl Context {
         }
     }
 
-    /// Whether `node` is the echo of our own last write to it: the version the patch
+    /// Our own last write to `node`, when `node` is its echo: the version the patch
     /// answered with, coming back through the watch. The write's reconcile planned
     /// on exactly what it wrote, so planning again would find nothing to do (a plan
     /// applied twice equals it applied once); the queue is spared that reconcile.
-    fn is_own_echo(&self, node: &CachedNode) -> bool {
+    fn own_echo_of(&self, node: &CachedNode) -> Option<Arc<CachedNode>> {
         let writes = self.recent_writes.lock().expect("recent writes lock");
-        writes.get(node.name()).is_some_and(|(_, written)| {
-            written.resource_version().is_some()
-                && written.resource_version() == node.resource_version()
-        })
+        writes
+            .get(node.name())
+            .filter(|(_, written)| {
+                written.resource_version().is_some()
+                    && written.resource_version() == node.resource_version()
+            })
+            .map(|(_, written)| written.clone())
     }
 
     /// The node watch delivered a version of `node`: newer than any write of ours it has.

@@ -50,6 +50,11 @@ impl Clearing {
         self.evicted.get(i).copied().unwrap_or(false)
     }
 
+    /// Nothing was evicted or is waited for: no drain of the node is under way.
+    pub fn is_idle(&self) -> bool {
+        self.rounds.is_empty() && self.retry.is_none()
+    }
+
     fn round(&self, i: usize) -> Option<&Round> {
         self.rounds.iter().find(|(j, _)| *j == i).map(|(_, r)| r)
     }
@@ -244,6 +249,8 @@ pub struct GateKeeper<'a> {
     pub wake: std::cell::Cell<Option<Timestamp>>,
     /// A closed gate waits for the zone to heal.
     pub zone_held: std::cell::Cell<bool>,
+    /// Some gate waits, for whatever reason (another node's drain, the pace, the zone).
+    pub waited: std::cell::Cell<bool>,
 }
 
 impl<'a> GateKeeper<'a> {
@@ -263,6 +270,7 @@ impl<'a> GateKeeper<'a> {
             nodes: OnceCell::new(),
             wake: Default::default(),
             zone_held: Default::default(),
+            waited: Default::default(),
         }
     }
 
@@ -293,6 +301,7 @@ impl<'a> GateKeeper<'a> {
             &|| self.nodes(),
             self.now,
         );
+        self.waited.set(self.waited.get() || gated.wait.is_some());
         match gated.wait {
             Some(Wait::ZoneHeld) => self.zone_held.set(true),
             Some(w) => {

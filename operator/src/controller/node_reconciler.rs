@@ -12,6 +12,7 @@ use kube::Api;
 
 use crate::{
     cache::node_cache::{CachedNode, WatchedNode},
+    cache::settled::PlanInputs,
     controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
@@ -39,6 +40,9 @@ pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
     let Some(node) = ctx.nodes.get(&work.node) else {
         return Next::AwaitChange;
     };
+    if work.by_resync && unchanged_since_settled(&ctx, node.clone()) {
+        return Next::AwaitChange;
+    }
     match reconcile(node, ctx.clone()).await {
         Ok((next, wrote)) => {
             // A resync that wrote nothing found the node as its last reconcile left
@@ -69,11 +73,20 @@ pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<
     Ok(next)
 }
 
+/// Whether the node, its policies and its pods are what its last plan found nothing
+/// to do on: a resync of a converged fleet then costs a few lookups a node, not a plan.
+fn unchanged_since_settled(ctx: &Context, node: Arc<CachedNode>) -> bool {
+    let node = ctx.freshest(node);
+    let (generation, _) = ctx.policy_set_generation();
+    node.settled
+        .matches(ctx.plan_inputs(generation, node.name()))
+}
+
 /// What to do next, and whether the node was written.
 async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bool)> {
     ctx.wait_synced().await;
     let node = ctx.freshest(node);
-    let set = ctx.policy_set();
+    let (generation, set) = ctx.policy_set_generation();
     if !ctx.pod_watches.synced_for(&set) {
         // A policy was just added and its critical pods are still being listed.
         return Ok((Next::After(Duration::from_millis(200)), false));
@@ -81,7 +94,12 @@ async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bo
     let started = std::time::Instant::now();
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
     warn_malformed(&ctx.malformed_reported, &node, |e, r| ctx.emit(e, r));
+    // Read before planning: a pod that changes meanwhile leaves a stale record.
+    let inputs = ctx.plan_inputs(generation, node.name());
     let converged = converge_node(&ctx, &set, (*node).clone()).await?;
+    if let Some(version) = &converged.settled {
+        record_settled(&ctx, node.name(), version, inputs);
+    }
     ctx.metrics
         .reconcile_duration
         .get_or_create(&CONTROLLER)
@@ -105,14 +123,30 @@ pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
     Next::Retry
 }
 
+/// Records, on the node version the cache (or our write) has now, that planning it
+/// found nothing to do: only when that is the `version` planned or written.
+fn record_settled(ctx: &Context, name: &str, version: &str, inputs: PlanInputs) {
+    let Some(cached) = ctx.nodes.get(name) else {
+        return;
+    };
+    let current = ctx.freshest(cached);
+    if current.resource_version() == Some(version) {
+        current.settled.record(inputs);
+    }
+}
+
 /// What converging one node did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Converged {
     /// When the node must be evaluated again: a `for` window ends, or
     /// `maxTaintedNodes` holds it back and room may have freed up by then.
     pub next_check: Option<Timestamp>,
     /// A patch was written.
     pub wrote: bool,
+    /// The resourceVersion of the node as planned (or as written) when nothing is
+    /// left to do and nothing waits: planning it again on the same policies and
+    /// pods would change nothing.
+    pub settled: Option<Box<str>>,
 }
 
 /// Brings one node in line with `set`: at most one successful write (and, for a
@@ -134,6 +168,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     let next_check = Mutex::new(None);
     let held_back = Mutex::new(false);
     let drain_wake = Mutex::new((None::<Timestamp>, false));
+    let gate_waited = Mutex::new(false);
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
     let api: Api<WatchedNode> = Api::all(ctx.client.clone());
     let replan = |n: &CachedNode| -> NodePlan {
@@ -160,6 +195,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
             now,
         );
         *drain_wake.lock().expect("drain wake lock") = (keeper.wake.get(), keeper.zone_held.get());
+        *gate_waited.lock().expect("gate waited lock") = keeper.waited.get();
         plan
     };
     // What the watch brings while the patch is on its way waits for its answer:
@@ -176,6 +212,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     );
     let written = result?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
+    let final_version = final_node.resource_version().map(str::to_string);
     // Only capped policies need the ledger (see `CapLedger::forget_uncapped`).
     let capped = set.policies.iter().any(|p| {
         p.rules
@@ -223,7 +260,15 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     if let Some(retry) = clearing.retry {
         soonest(after(retry));
     }
-    Ok(Converged { next_check, wrote })
+    let waits = next_check.is_some()
+        || gate_waited.into_inner().expect("gate waited lock")
+        || !clearing.is_idle();
+    let settled = (!waits).then(|| final_version.map(Box::from)).flatten();
+    Ok(Converged {
+        next_check,
+        wrote,
+        settled,
+    })
 }
 
 /// Counts, logs and explains a write: one event for what it added and one for what

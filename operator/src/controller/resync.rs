@@ -1,7 +1,9 @@
 //! The safety net under the watches: every so often, every cached node is planned
-//! again. A converged cluster costs nothing (a plan that changes nothing writes
-//! nothing); a node that a lost or misordered event left wrong is corrected, and
-//! counted in `taint_operator_resync_corrections_total`, which should stay 0.
+//! again. A converged cluster costs no write (a plan that changes nothing writes
+//! nothing) and little CPU: a node whose node version, policies and pods are those
+//! its last plan found nothing to do on is skipped (`cache::settled`). A node that
+//! a lost or misordered event left wrong is corrected, and counted in
+//! `taint_operator_resync_corrections_total`, which should stay 0.
 //!
 //! A pass is spread over half the interval and feeds the queue only while no
 //! change is waiting for a worker: queued all at once, 15,000 resync entries stood

@@ -68,6 +68,7 @@ mod phase;
 mod procfs;
 mod relabel;
 mod report;
+mod resync;
 mod settings;
 mod setup;
 mod write_times;
@@ -140,6 +141,16 @@ struct Args {
     /// The quiet period at the end, in which the operator must not write.
     #[arg(long, default_value_t = 60)]
     quiet_secs: u64,
+    /// The operator's resync interval (its --resync-interval), in seconds; the
+    /// default is the operator's own.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..))]
+    resync_secs: u64,
+    /// After the quiet period, time this many of the operator's periodic resync
+    /// passes over the converged fleet: its CPU, the nodes it planned and its
+    /// writes (none expected). Each waits for the next pass to start, up to
+    /// --resync-secs.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=5))]
+    resync_passes: u64,
     /// Give up on a phase after this long.
     #[arg(long, default_value_t = 1200)]
     phase_timeout_secs: u64,
@@ -347,6 +358,7 @@ async fn run(args: Args) -> Result<bool> {
         phases: vec![],
         operator_ready_secs: None,
         quiet: None,
+        resync_passes: vec![],
         peak_rss_kib: None,
         settled_rss_kib: None,
         settled_rss_split_kib: None,

@@ -186,6 +186,8 @@ struct Launch {
     kubeconfig: PathBuf,
     lease_ns: Option<String>,
     concurrency: u16,
+    /// The operator's --resync-interval, in seconds.
+    resync_secs: u64,
     log: PathBuf,
 }
 
@@ -209,6 +211,7 @@ impl OperatorProc {
         kubeconfig: &Path,
         lease_ns: Option<&str>,
         concurrency: u16,
+        resync_secs: u64,
         log: &Path,
     ) -> Result<Self> {
         let launch = Launch {
@@ -216,6 +219,7 @@ impl OperatorProc {
             kubeconfig: kubeconfig.to_path_buf(),
             lease_ns: lease_ns.map(str::to_string),
             concurrency,
+            resync_secs,
             log: log.to_path_buf(),
         };
         let logfile = std::fs::File::create(log)
@@ -390,6 +394,8 @@ fn start(
         cmd.args(["--leader-elect", "--lease-namespace", ns]);
     }
     cmd.arg("--concurrency").arg(launch.concurrency.to_string());
+    cmd.arg("--resync-interval")
+        .arg(format!("{}s", launch.resync_secs));
     cmd.env("KUBECONFIG", &launch.kubeconfig)
         .env("NO_COLOR", "1")
         .env_remove("TAINT_OPERATOR_LOG")

@@ -30,6 +30,8 @@ pub(crate) struct Report {
     pub(crate) phases: Vec<PhaseResult>,
     pub(crate) operator_ready_secs: Option<f64>,
     pub(crate) quiet: Option<PhaseResult>,
+    /// `--resync-passes`: the operator's periodic passes over the converged fleet.
+    pub(crate) resync_passes: Vec<PhaseResult>,
     pub(crate) peak_rss_kib: Option<u64>,
     pub(crate) settled_rss_kib: Option<u64>,
     /// The settled RSS split: (RssAnon, RssFile).
@@ -39,6 +41,9 @@ pub(crate) struct Report {
     pub(crate) policy_status: Vec<Value>,
     pub(crate) error: Option<String>,
 }
+
+/// A resync pass over 100,000 converged nodes may take this much operator CPU (#47).
+const RESYNC_PASS_CPU_GOAL_SECS: f64 = 10.0;
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
@@ -400,6 +405,20 @@ impl Report {
                 p.node_writes == p.transitions as f64,
             ));
         }
+        for p in &self.resync_passes {
+            let cpu = p.cpu_secs.unwrap_or(f64::NAN);
+            t.push(Target::plain(
+                format!(
+                    "{}: ≤ {RESYNC_PASS_CPU_GOAL_SECS:.0} s of CPU, no writes",
+                    p.name
+                ),
+                format!(
+                    "{cpu:.2} s CPU, {} nodes planned, {} node writes",
+                    p.requests.node_reconciles_timed, p.node_writes
+                ),
+                cpu <= RESYNC_PASS_CPU_GOAL_SECS && p.node_writes == 0.0,
+            ));
+        }
         if let Some(q) = &self.quiet {
             t.push(Target::plain(
                 format!("no writes in the quiet {} s", self.args.quiet_secs),
@@ -720,7 +739,11 @@ impl Report {
             "| runner | phase | taint-operator | kube-apiserver | of it garbage collection | API server allocated GiB | etcd | scale (observer, drivers, baseline) | requests queued > 5 ms | their wait s |"
         );
         let _ = writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for p in self.whole_phases().chain(self.quiet.iter()) {
+        for p in self
+            .whole_phases()
+            .chain(self.quiet.iter())
+            .chain(self.resync_passes.iter())
+        {
             let o = |k: &str| fmt_opt(p.other_cpu.get(k).copied(), 2);
             let _ = writeln!(
                 w,
@@ -747,6 +770,9 @@ impl Report {
             fmt_opt(self.settled_rss_split_kib.map(|(_, f)| mib(f)), 1),
             fmt_opt(self.total_cpu_secs, 2)
         );
+        if !self.resync_passes.is_empty() {
+            self.resync_markdown(w);
+        }
         if !self.policy_status.is_empty() {
             let _ = writeln!(w, "\n### Policy status at the end\n");
             let _ = writeln!(
@@ -963,6 +989,42 @@ impl Report {
         (!p50.is_empty()).then(|| (median(p50), median(p99)))
     }
 
+    /// The resync passes: what each cost beside the quiet period's idle rate.
+    fn resync_markdown(&self, w: &mut String) {
+        use std::fmt::Write;
+        let idle_rate = self
+            .quiet
+            .as_ref()
+            .and_then(|q| q.cpu_secs)
+            .map(|c| c / self.args.quiet_secs.max(1) as f64);
+        let _ = writeln!(
+            w,
+            "\n### Resync passes over the converged fleet (--resync-secs {}; each watched for half the interval and 10 s)\n",
+            self.args.resync_secs
+        );
+        let _ = writeln!(
+            w,
+            "| pass | watched s | nodes planned | node writes | API requests | operator CPU s | beyond the quiet period's rate |"
+        );
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|");
+        for p in &self.resync_passes {
+            let beyond = match (p.cpu_secs, idle_rate) {
+                (Some(c), Some(r)) => format!("{:.2}", c - r * p.secs),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                w,
+                "| {} | {:.1} | {} | {} | {} | {} | {beyond} |",
+                p.name,
+                p.secs,
+                p.requests.node_reconciles_timed,
+                p.node_writes,
+                p.requests.total_requests(),
+                fmt_opt(p.cpu_secs, 2),
+            );
+        }
+    }
+
     pub(crate) fn json(&self) -> Value {
         let a = &self.args;
         let phase = |p: &PhaseResult| {
@@ -1048,6 +1110,11 @@ impl Report {
                 "seconds": a.quiet_secs, "node_writes": q.node_writes,
                 "status_writes": q.requests.status_writes,
                 "api_requests": q.requests.total_requests(), "cpu_seconds": q.cpu_secs})),
+            "resync_passes": self.resync_passes.iter().map(|p| json!({
+                "pass": p.name, "seconds": p.secs, "resync_interval_seconds": a.resync_secs,
+                "nodes_planned": p.requests.node_reconciles_timed, "node_writes": p.node_writes,
+                "api_requests": p.requests.total_requests(), "cpu_seconds": p.cpu_secs,
+                "apiserver_gc_cpu_seconds": p.apiserver.gc_cpu_secs})).collect::<Vec<_>>(),
             "operator_process": {
                 "peak_rss_mib": self.peak_rss_kib.map(mib),
                 "settled_rss_mib": self.settled_rss_kib.map(mib),
@@ -1089,6 +1156,7 @@ mod tests {
             phases,
             operator_ready_secs: None,
             quiet: None,
+            resync_passes: vec![],
             peak_rss_kib: Some(100 * 1024),
             settled_rss_kib: Some(30 * 1024),
             settled_rss_split_kib: Some((20 * 1024, 10 * 1024)),
