@@ -124,8 +124,10 @@ struct RunArgs {
     /// Node reconciles running at once (the rest wait their turn, first come first served).
     #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
-    /// Re-plan every node this often (a Go duration, ±10% jitter), to correct what a
-    /// missed watch event left wrong; 0 turns it off. A converged cluster costs no write.
+    /// Check every node this often (a Go duration, ±10% jitter), to correct what a
+    /// missed watch event left wrong; 0 turns it off. A node is planned again when its
+    /// version, the policies or its pods changed since its last plan; a converged
+    /// cluster costs no write.
     #[arg(long, default_value = "5m", value_parser = parse_interval)]
     resync_interval: Duration,
     /// Requests per second the operator may send to the API server (0: no limit).

@@ -225,7 +225,7 @@ impl Default for Metrics {
         );
         registry.register(
             "resyncs",
-            "Periodic full resyncs started (every node re-planned)",
+            "Periodic resync passes started (every node checked, and planned again unless nothing its last plan read has changed)",
             resyncs.clone(),
         );
         registry.register(
