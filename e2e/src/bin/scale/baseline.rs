@@ -179,7 +179,7 @@ async fn baseline_reconcile(
         .is_some_and(|c| c.status == "True");
     put_taints(
         api,
-        &node,
+        &NodeTaints::of(node),
         &fault_taints[group_of(i)],
         want,
         counters,
@@ -234,22 +234,17 @@ impl WritingAs {
 /// node is already so.
 async fn put_taints(
     api: &Api<Node>,
-    node: &Node,
+    node: &NodeTaints,
     mine: &[Taint],
     want: bool,
     counters: &BaselineCounters,
     params: &PatchParams,
     delay: Duration,
 ) {
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let Some(new) = baseline_taints(taints, mine, want) else {
+    let Some(new) = baseline_taints(node.taints.clone(), mine, want) else {
         return;
     };
-    let rv = node.metadata.resource_version.clone().unwrap_or_default();
+    let rv = &node.resource_version;
     let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})];
     if new.is_empty() {
         ops.push(json!({"op": "remove", "path": "/spec/taints"}));
@@ -263,14 +258,14 @@ async fn put_taints(
     counters.patches.fetch_add(1, Ordering::Relaxed);
     let sent = Instant::now();
     let answer = api
-        .patch(&node.name_any(), params, &Patch::Json::<()>(patch))
+        .patch(&node.name, params, &Patch::Json::<()>(patch))
         .await;
     counters
         .patch_micros
         .fetch_add(sent.elapsed().as_micros() as u64, Ordering::Relaxed);
     match answer {
         Ok(_) => {
-            if let Some(i) = node_index(&node.name_any()) {
+            if let Some(i) = node_index(&node.name) {
                 counters.written.record(i, Instant::now());
             }
         }
@@ -279,7 +274,26 @@ async fn put_taints(
         }
         Err(e) => {
             counters.errors.fetch_add(1, Ordering::Relaxed);
-            eprintln!("scale: baseline patch of {} failed: {e}", node.name_any());
+            eprintln!("scale: baseline patch of {} failed: {e}", node.name);
+        }
+    }
+}
+
+/// What a baseline write reads of a node. The cold start's hand-off holds one for
+/// every node listed and not yet written: whole nodes (40 images each) took this
+/// process to 6.9 GiB at 100,000 nodes.
+struct NodeTaints {
+    name: String,
+    resource_version: String,
+    taints: Vec<Taint>,
+}
+
+impl NodeTaints {
+    fn of(node: Node) -> Self {
+        NodeTaints {
+            name: node.metadata.name.unwrap_or_default(),
+            resource_version: node.metadata.resource_version.unwrap_or_default(),
+            taints: node.spec.and_then(|s| s.taints).unwrap_or_default(),
         }
     }
 }
@@ -370,7 +384,7 @@ async fn list_and_patch(
     let api: Api<Node> = Api::all(client);
     let (nodes, all_written) = start_writers(concurrency, counters.waits.clone(), {
         let api = api.clone();
-        move |node: Node| {
+        move |node: NodeTaints| {
             let (api, counters, standing) = (api.clone(), counters.clone(), standing.clone());
             async move {
                 let params = baseline_patch_params();
@@ -394,14 +408,14 @@ async fn list_and_patch(
 }
 
 /// Lists the scale nodes page by page into `out`.
-async fn list_into(api: &Api<Node>, out: &Handoff<Node>) -> Result {
+async fn list_into(api: &Api<Node>, out: &Handoff<NodeTaints>) -> Result {
     let mut params = ListParams::default()
         .labels(&format!("{SCALE_LABEL}=true"))
         .limit(COLD_PAGE);
     loop {
         let page = api.list(&params).await?;
         for node in page.items {
-            out.put(node);
+            out.put(NodeTaints::of(node));
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),

@@ -153,12 +153,15 @@ const LATENCY_GOAL: f64 = 1.10;
 const COLD_START_GOAL: f64 = 1.2;
 
 /// Settled and peak RSS the operator may use at `nodes` nodes (#25: ≤ 32 MiB
-/// settled at 5,000 nodes, ≤ 64 / 96 MiB at 15,000; no peak goal at 5,000).
+/// settled at 5,000 nodes, ≤ 64 / 96 MiB at 15,000; no peak goal at 5,000; #47:
+/// ≤ 256 / 384 MiB at 100,000).
 fn rss_goal_mib(nodes: usize) -> (f64, Option<f64>) {
     if nodes <= 5_000 {
         (32.0, None)
-    } else {
+    } else if nodes <= 15_000 {
         (64.0, Some(96.0))
+    } else {
+        (256.0, Some(384.0))
     }
 }
 
@@ -1348,6 +1351,18 @@ mod tests {
             [
                 ("settled RSS ≤ 64 MiB".into(), "30.0 MiB".into(), true),
                 ("peak RSS ≤ 96 MiB".into(), "100.0 MiB".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn beyond_15000_nodes_the_memory_goals_are_256_settled_and_384_peak() {
+        let v = verdicts(&report(100_000, vec![]));
+        assert_eq!(
+            v,
+            [
+                ("settled RSS ≤ 256 MiB".into(), "30.0 MiB".into(), true),
+                ("peak RSS ≤ 384 MiB".into(), "100.0 MiB".into(), true),
             ]
         );
     }
