@@ -1,6 +1,8 @@
 //! The HTTP client under kube's `Client`: kube's own stack (TLS and timeouts from
 //! the kubeconfig, base URI, credentials, extra headers), built here for one
-//! setting kube does not expose: how long an idle connection stays open.
+//! setting kube does not expose: how long an idle connection stays open. Its read
+//! timeout counts from each request's write, never from when its connection went
+//! idle in the pool.
 //!
 //! kube's client speaks HTTP/1.1, one request per connection at a time, so a burst
 //! of node writes opens one connection per node worker (48 by default), and hyper
@@ -62,7 +64,11 @@ fn builder_closing_idle_after(
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
-    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    // A read timeout bounds the wait for an answer. Without this, the time a pooled
+    // connection sat idle before it carried a request counted against it too: a
+    // Lease renewal (10 s reads) sent on a connection idle for 8 s gave up after
+    // 2 s of the API server's time.
+    connector.set_reset_reader_on_write(true);
     // Without a timer the pool has no task to close idle connections, whatever
     // the timeout says (kube's own stack sets none): they would close only when a
     // later request happens to look at them.
@@ -123,6 +129,43 @@ mod tests {
             .build();
         let version = client.apiserver_version().await.unwrap();
         assert_eq!(version.git_version, "v1.36.0");
+    }
+
+    /// A read timeout bounds the answer, not the answer plus the time its pooled
+    /// connection sat idle: a request sent after 2.5 s of idle, answered 1 s later,
+    /// gets its answer under a 3 s read timeout.
+    #[tokio::test]
+    async fn a_read_timeout_counts_from_the_request_not_from_the_idle_connection() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let body = r#"{"major":"1","minor":"36","gitVersion":"v1.36.0","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let mut buf = [0u8; 4096];
+            for delay in [Duration::ZERO, Duration::from_secs(1)] {
+                let mut request = Vec::new();
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "the client closed the connection");
+                    request.extend_from_slice(&buf[..n]);
+                }
+                tokio::time::sleep(delay).await;
+                socket.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        let mut c = config(&format!("http://{addr}"));
+        c.read_timeout = Some(Duration::from_secs(3));
+        let client = client_builder(&c).unwrap().build();
+        client.apiserver_version().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let second = client.apiserver_version().await;
+        assert!(second.is_ok(), "the idle time counted: {second:?}");
     }
 
     /// The connection of a finished request is kept for the next one, and closed
