@@ -310,6 +310,7 @@ const COLD_PAGE: u32 = 500;
 async fn cold_start(
     b: &Bench<'_>,
     world: &mut World,
+    name: &str,
     after_operator: bool,
     report: &mut Report,
 ) -> Result {
@@ -322,7 +323,7 @@ async fn cold_start(
         ..
     } = *b;
     let n = args.nodes;
-    eprintln!("scale: baseline cold start");
+    eprintln!("scale: baseline {name}");
     world.baseline_standing = true;
     let events_before = observer.events();
     let cpu_before = probes.snapshot();
@@ -351,7 +352,7 @@ async fn cold_start(
     }
     let tally = counters.tally();
     report.phases.push(PhaseResult {
-        name: "cold start".into(),
+        name: name.into(),
         kind: "cold start".into(),
         runner: "baseline".into(),
         after_operator,
@@ -436,8 +437,26 @@ pub(crate) async fn baseline_rounds(
     rounds: RangeInclusive<u64>,
     report: &mut Report,
 ) -> Result {
-    cold_start(b, &mut world, after_operator, report).await?;
+    let name = if after_operator {
+        round_name("cold start", b.args.cold_starts + 1)
+    } else {
+        "cold start".into()
+    };
+    cold_start(b, &mut world, &name, after_operator, report).await?;
     taint_untaint_rounds(b, world, after_operator, rounds, WritingAs::Itself, report).await?;
+    clear_standing_taints(b, &mut world).await
+}
+
+/// A baseline cold start between two of the operator's (`--cold-starts`), the
+/// `k`th of the run, on nodes cleared of the operator's work; the standing taints
+/// it put on are taken off again.
+pub(crate) async fn cold_start_between(
+    b: &Bench<'_>,
+    mut world: World,
+    k: u64,
+    report: &mut Report,
+) -> Result {
+    cold_start(b, &mut world, &round_name("cold start", k), true, report).await?;
     clear_standing_taints(b, &mut world).await
 }
 

@@ -23,13 +23,13 @@ use taint_operator_crd::{
 use crate::{
     Args, BaselineUser, PodStatusMode, Result,
     apiserver_metrics::apiserver_counters,
-    baseline::{WritingAs, baseline_rounds, taint_untaint_rounds},
+    baseline::{WritingAs, baseline_rounds, cold_start_between, taint_untaint_rounds},
     bench::Bench,
     config_from,
     load::{flip_condition, ready_critical_pods},
     model::{Critical, Flipped, PolicyDef, SCALE_LABEL, World, expected_all, node_name},
     observer::{Cue, Observer},
-    operator_proc::OperatorProc,
+    operator_proc::{OpMetrics, OperatorProc},
     paired::paired_rounds,
     phase::{
         FlipSplit, PhaseResult, field_managers, latencies, per_node, round_name, sample_node_bytes,
@@ -231,11 +231,7 @@ pub(crate) async fn drive(
     world.policies = true;
 
     eprintln!("scale: cold start: starting {}", operator_bin.display());
-    let managers = field_managers(client).await?;
-    observer.begin(expected_all(defs, n, world));
-    let events_before = observer.events();
-    let cold_cpu = probes.snapshot();
-    let t0 = Instant::now();
+    let cold = ColdStartBegan::now(&bench, world, 0.0).await?;
     let mut op = OperatorProc::spawn(
         operator_bin,
         operator_kubeconfig,
@@ -245,12 +241,6 @@ pub(crate) async fn drive(
         operator_log,
     )
     .await?;
-    let cold = ColdStartBegan {
-        t0,
-        observer_events: events_before,
-        cpu: cold_cpu,
-        field_managers: managers,
-    };
     let result = operator_phases(&bench, critical, &mut op, world, cold, report).await;
     let tail = if result.is_err() {
         op.log_tail(20)
@@ -269,7 +259,7 @@ pub(crate) async fn drive(
 
     // ---- baseline, after the operator
     if !args.skip_baseline {
-        clear_operator_records(client, args).await?;
+        clear_operator_records(client, args, ClearTaints::No).await?;
         baseline_rounds(&bench, world, true, baseline_rounds_after(args), report).await?;
     }
     Ok(())
@@ -328,7 +318,91 @@ struct ColdStartBegan {
     t0: Instant,
     observer_events: u64,
     cpu: BTreeMap<String, f64>,
+    /// The operator's CPU seconds so far (its processes stopped before this one).
+    operator_cpu: f64,
     field_managers: Vec<String>,
+}
+
+impl ColdStartBegan {
+    /// Points the observer at `world` and reads the counters; start the operator
+    /// right after.
+    async fn now(b: &Bench<'_>, world: World, operator_cpu: f64) -> Result<Self> {
+        let field_managers = field_managers(b.client).await?;
+        b.observer.begin(expected_all(b.defs, b.args.nodes, world));
+        Ok(ColdStartBegan {
+            observer_events: b.observer.events(),
+            cpu: b.probes.snapshot(),
+            operator_cpu,
+            field_managers,
+            t0: Instant::now(),
+        })
+    }
+}
+
+/// Times the operator's `k`th cold start, begun at `cold`: until every node is
+/// right in the observer's watch and the operator has settled. Returns its
+/// counters then.
+async fn cold_start(
+    b: &Bench<'_>,
+    op: &mut OperatorProc,
+    cold: ColdStartBegan,
+    k: u64,
+    report: &mut Report,
+) -> Result<OpMetrics> {
+    let Bench {
+        args,
+        client,
+        observer,
+        probes,
+        ..
+    } = *b;
+    let ColdStartBegan {
+        t0,
+        observer_events: events_before,
+        cpu: cold_cpu,
+        operator_cpu,
+        field_managers,
+    } = cold;
+    let n = args.nodes;
+    // Read within milliseconds of the operator's start: no watch of its is old
+    // enough to have been closed yet.
+    let apiserver_before = apiserver_counters(client).await?;
+    let ready_at = wait_ready(op).await?;
+    if k == 1 {
+        report.operator_ready_secs = Some(ready_at.duration_since(t0).as_secs_f64());
+    }
+    let right = observer
+        .wait_all_right(Duration::from_secs(args.phase_timeout_secs))
+        .await?;
+    let cold_to_right = with_operator(probes.since(&cold_cpu), op.sample().cpu_secs - operator_cpu);
+    let end = right.iter().max().copied().unwrap_or(t0);
+    let m_cold = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
+    let s = op.sample();
+    report.phases.push(PhaseResult {
+        name: round_name("cold start", k),
+        kind: "cold start".into(),
+        runner: "operator".into(),
+        after_operator: false,
+        transitions: n,
+        secs: end.saturating_duration_since(t0).as_secs_f64(),
+        change_secs: 0.0,
+        latencies_ms: latencies(&vec![Some(t0); n], &right),
+        per_node: per_node(t0, &vec![Some(t0); n], &right),
+        node_writes: m_cold.node_writes,
+        conflicts: m_cold.node_write_conflicts,
+        requests: m_cold.clone(),
+        field_managers,
+        cpu_secs: Some(s.cpu_secs - operator_cpu),
+        peak_rss_kib: Some(op.take_peak_kib()),
+        rss_end_kib: Some(s.rss_kib),
+        observer_events: observer.events() - events_before,
+        other_cpu: probes.since(&cold_cpu),
+        cpu_to_right: cold_to_right,
+        node_bytes: Some(sample_node_bytes(client, n).await?),
+        apiserver: apiserver_counters(client).await?.since(&apiserver_before),
+        ..PhaseResult::default()
+    });
+    Ok(m_cold)
 }
 
 async fn operator_phases(
@@ -347,53 +421,32 @@ async fn operator_phases(
         probes,
         ..
     } = *b;
-    let ColdStartBegan {
-        t0,
-        observer_events: events_before,
-        cpu: cold_cpu,
-        field_managers,
-    } = cold;
     let n = args.nodes;
     let sample = flipped_nodes(args);
     let flips = flip_concurrency(args);
     let timeout = Duration::from_secs(args.phase_timeout_secs);
-    // Read within milliseconds of the operator's start: no watch of its is old
-    // enough to have been closed yet.
-    let mut apiserver_before = apiserver_counters(client).await?;
 
-    // ---- cold start
-    let ready_at = wait_ready(op).await?;
-    report.operator_ready_secs = Some(ready_at.duration_since(t0).as_secs_f64());
-    let right = observer.wait_all_right(timeout).await?;
-    let cold_to_right = with_operator(probes.since(&cold_cpu), op.sample().cpu_secs);
-    let end = right.iter().max().copied().unwrap_or(t0);
-    let m_cold = op.settle(SETTLE_QUIET, SETTLE_MAX).await?;
-    let s = op.sample();
-    report.phases.push(PhaseResult {
-        name: "cold start".into(),
-        kind: "cold start".into(),
-        runner: "operator".into(),
-        after_operator: false,
-        transitions: n,
-        secs: end.saturating_duration_since(t0).as_secs_f64(),
-        change_secs: 0.0,
-        latencies_ms: latencies(&vec![Some(t0); n], &right),
-        per_node: per_node(t0, &vec![Some(t0); n], &right),
-        node_writes: m_cold.node_writes,
-        conflicts: m_cold.node_write_conflicts,
-        requests: m_cold.clone(),
-        field_managers,
-        cpu_secs: Some(s.cpu_secs),
-        peak_rss_kib: Some(op.take_peak_kib()),
-        rss_end_kib: Some(s.rss_kib),
-        observer_events: observer.events() - events_before,
-        other_cpu: probes.since(&cold_cpu),
-        cpu_to_right: cold_to_right,
-        node_bytes: Some(sample_node_bytes(client, n).await?),
-        apiserver: apiserver_counters(client).await?.since(&apiserver_before),
-        ..PhaseResult::default()
-    });
-    let mut before = m_cold;
+    // ---- cold starts: the first, and with --cold-starts each further one after
+    // the operator's work was cleared and the baseline's cold start ran
+    let mut before = cold_start(b, op, cold, 1, report).await?;
+    for k in 2..=args.cold_starts {
+        op.stop().await?;
+        clear_operator_records(client, args, ClearTaints::Yes).await?;
+        let mut cleared = world;
+        cleared.policies = false;
+        observer.begin(expected_all(defs, n, cleared));
+        observer
+            .wait_all_right(timeout)
+            .await
+            .map_err(|e| format!("the operator's work cleared before cold start {k}: {e}"))?;
+        if !args.skip_baseline {
+            cold_start_between(b, cleared, k, report).await?;
+        }
+        eprintln!("scale: operator cold start {k}");
+        let cold = ColdStartBegan::now(b, world, op.sample().cpu_secs).await?;
+        op.relaunch()?;
+        before = cold_start(b, op, cold, k, report).await?;
+    }
 
     // ---- taint, untaint, readiness, policy delete
     let phases = (1..=args.rounds)
@@ -435,7 +488,7 @@ async fn operator_phases(
         }
         let cpu_before = op.sample().cpu_secs;
         let others_before = probes.snapshot();
-        apiserver_before = apiserver_counters(client).await?;
+        let apiserver_before = apiserver_counters(client).await?;
         op.take_peak_kib();
         let events_before = observer.events();
         let cue = match kind {
@@ -637,10 +690,20 @@ async fn heartbeat(api: &Api<Node>, name: &str) -> Result {
     Ok(())
 }
 
+/// Whether clearing the operator's records takes the nodes' taints off too.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClearTaints {
+    /// Before another operator cold start: every node as it was before the first.
+    Yes,
+    /// Before the baseline after the operator: what is left on the nodes is in
+    /// the world the baseline starts from.
+    No,
+}
+
 /// Removes the records the operator left on the nodes (its bootstrap completions),
 /// and with them its field manager entry, so the baseline after the operator writes
 /// to nodes like the ones the operator and the baseline before it wrote to.
-async fn clear_operator_records(client: &Client, args: &Args) -> Result {
+async fn clear_operator_records(client: &Client, args: &Args, taints: ClearTaints) -> Result {
     let api: Api<Node> = Api::all(client.clone());
     let ours = [
         MANAGED_TAINTS_ANNOTATION,
@@ -649,36 +712,39 @@ async fn clear_operator_records(client: &Client, args: &Args) -> Result {
     ];
     let mut names = Vec::new();
     each_node(&api, |n| {
-        if ours.iter().any(|k| n.annotations().contains_key(*k)) {
+        let tainted = n.spec.as_ref().is_some_and(|s| s.taints.is_some());
+        if ours.iter().any(|k| n.annotations().contains_key(*k))
+            || (taints == ClearTaints::Yes && tainted)
+        {
             names.push(n.name_any());
         }
     })
     .await?;
     let names = Arc::new(names);
     let list = names.clone();
-    create_all(
-        "clear the operator's records",
-        names.len(),
-        args.concurrency,
-        move |k| {
-            let api = api.clone();
-            let name = list[k].clone();
-            let gone: serde_json::Map<String, serde_json::Value> = ours
-                .iter()
-                .map(|k| (k.to_string(), serde_json::Value::Null))
-                .collect();
-            Box::pin(async move {
-                api.patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"annotations": gone}})),
-                )
+    let gone: serde_json::Map<String, serde_json::Value> = ours
+        .iter()
+        .map(|k| (k.to_string(), serde_json::Value::Null))
+        .collect();
+    let mut body = json!({"metadata": {"annotations": gone}});
+    if taints == ClearTaints::Yes {
+        body["spec"] = json!({"taints": null});
+    }
+    let what = match taints {
+        ClearTaints::Yes => "clear the operator's records and taints",
+        ClearTaints::No => "clear the operator's records",
+    };
+    create_all(what, names.len(), args.concurrency, move |k| {
+        let api = api.clone();
+        let name = list[k].clone();
+        let body = body.clone();
+        Box::pin(async move {
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
                 .await
-                .map_err(|e| format!("clear the records on node {name}: {e}"))?;
-                Ok(())
-            })
-        },
-    )
+                .map_err(|e| format!("{what} on node {name}: {e}"))?;
+            Ok(())
+        })
+    })
     .await?;
     let left = field_managers(client).await?;
     if let Some(m) = left.iter().find(|m| m.starts_with(FIELD_MANAGER)) {

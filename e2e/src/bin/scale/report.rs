@@ -340,7 +340,8 @@ impl Report {
         if let Some(m) = self.ratio("cold start") {
             goal(
                 format!(
-                    "cold start, every node right (against {} baseline list-and-patch runs)",
+                    "cold start, every node right (medians of {} operator and {} baseline list-and-patch runs)",
+                    self.per_round("operator", "cold start", secs).len(),
                     rounds_of("cold start")
                 ),
                 m.secs,
@@ -569,6 +570,13 @@ impl Report {
                     side(true)
                 );
             }
+        }
+        if a.cold_starts > 1 {
+            let _ = writeln!(
+                w,
+                "The cold starts alternated: the baseline's, then {} times the operator's (stopped after each, its taints and records cleared) and the baseline's, the last of these after the operator's other phases.",
+                a.cold_starts
+            );
         }
         let _ = writeln!(w);
         let _ = writeln!(
@@ -1097,6 +1105,7 @@ impl Report {
             "images_per_node": a.images_per_node, "node_json_bytes": self.node_json_bytes,
             "concurrency": a.concurrency, "flip_concurrency": flip_concurrency(a),
             "baseline_write_delay_ms": a.baseline_write_delay_ms,
+            "cold_starts": a.cold_starts,
             "operator_concurrency": operator_workers(a),
             "leader_election": self.leader_election,
             "operator_version": self.operator_version,
@@ -1204,6 +1213,36 @@ mod tests {
     }
 
     #[test]
+    fn repeated_cold_starts_are_judged_by_their_medians_not_by_one_slow_run() {
+        // baseline, operator, baseline, operator, baseline, operator, baseline: the
+        // operator's second run met a slow API server, as did the baseline's third
+        let secs = [10.0, 11.0, 10.0, 19.0, 16.0, 11.5, 10.5];
+        let phases = secs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let runner = if i % 2 == 0 { "baseline" } else { "operator" };
+                phase(runner, "cold start", *s, 1.0)
+            })
+            .collect();
+        let r = report(5_000, phases);
+        let cold = r
+            .targets()
+            .into_iter()
+            .find(|t| t.what.starts_with("cold start"))
+            .expect("a cold start goal");
+        assert_eq!(
+            cold.what,
+            "cold start, every node right (medians of 3 operator and 4 baseline list-and-patch runs) ≤ 1.20× baseline"
+        );
+        // 11.5 over the median of 10, 10, 16, 10.5 (10.25)
+        assert_eq!(cold.measured, "1.12×");
+        assert!(cold.ok);
+        // seven runs, three of them the operator's: 35 relabelings give the band
+        assert!(cold.noise.is_some());
+    }
+
+    #[test]
     fn the_goals_compare_the_operators_medians_with_the_baselines() {
         let mut phases = taint_rounds();
         phases.extend([
@@ -1219,7 +1258,7 @@ mod tests {
                 (format!("taint p50 latency{of} ≤ 1.10× baseline"), "1.10×".into(), true),
                 (format!("taint p99 latency{of} ≤ 1.10× baseline"), "1.10×".into(), true),
                 (
-                    "cold start, every node right (against 1 baseline list-and-patch runs) ≤ 1.20× baseline".into(),
+                    "cold start, every node right (medians of 1 operator and 1 baseline list-and-patch runs) ≤ 1.20× baseline".into(),
                     "1.25×".into(),
                     false
                 ),
