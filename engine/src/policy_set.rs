@@ -223,6 +223,18 @@ impl PolicySet {
         &self.pod_checks_of[i]
     }
 
+    /// Some policy decides a node by counting other nodes: `maxTaintedNodes` (how
+    /// many carry its taints) or `spec.eviction` (drains per minute, zones paused).
+    /// A plan under such a set is only right once every node is known; any other
+    /// plan reads the node, its pods and the policies alone.
+    pub fn counts_across_nodes(&self) -> bool {
+        self.policies.iter().any(|p| {
+            p.rules
+                .as_ref()
+                .is_ok_and(|r| r.max_tainted_nodes.is_some() || r.eviction.is_some())
+        })
+    }
+
     pub fn from_resources<'a>(policies: impl IntoIterator<Item = &'a TaintPolicy>) -> Self {
         Self::new(policies.into_iter().map(CompiledPolicy::compile))
     }

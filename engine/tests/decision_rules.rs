@@ -7,7 +7,9 @@ mod support;
 
 use k8s_openapi::{api::core::v1::Node, apimachinery::pkg::apis::meta::v1::Time};
 use support::*;
-use taint_operator_crd::{BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, SelectorOperator};
+use taint_operator_crd::{
+    BOOTSTRAPPED_ANNOTATION, MANAGED_TAINTS_ANNOTATION, SelectorOperator, TaintPolicy,
+};
 use taint_operator_engine::{
     cluster::{NodeView, PodIndex},
     cluster_plan::Reason,
@@ -1803,4 +1805,23 @@ fn critical_pod_reason_does_not_depend_on_pod_order() {
         .pod(a)
         .plan();
     assert_eq!(plan_ab.node("n1"), plan_ba.node("n1"));
+}
+
+/// A plan under `maxTaintedNodes` or `spec.eviction` counts other nodes, so it
+/// must wait for the whole node list; any other policy set plans a node alone.
+#[test]
+fn caps_and_drains_count_across_nodes_and_nothing_else_does() {
+    let set = |policies: Vec<PolicyBuilder>| {
+        let built: Vec<TaintPolicy> = policies.into_iter().map(|p| p.build()).collect();
+        PolicySet::from_resources(built.iter())
+    };
+    assert!(!set(vec![]).counts_across_nodes());
+    assert!(!set(vec![nic_policy(), policy("r").taint("r", "", NoSchedule)]).counts_across_nodes());
+    assert!(set(vec![nic_policy(), nic_policy().max_tainted(2)]).counts_across_nodes());
+    assert!(
+        set(vec![
+            nic_policy().eviction(serde_json::json!({"nodesPerMinute": 1}))
+        ])
+        .counts_across_nodes()
+    );
 }

@@ -356,9 +356,10 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         let shutdown = shutdown.clone();
         async move {
             tokio::select! {
-                _ = ctx.wait_synced() => {}
+                _ = ctx.wait_plannable() => {}
                 _ = shutdown.clone() => return,
             }
+            tracing::info!(nodes = ctx.nodes.len(), "node reconciles started");
             let closer = queue.clone();
             tokio::spawn(async move {
                 shutdown.await;

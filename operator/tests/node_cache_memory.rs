@@ -115,15 +115,13 @@ fn main() {
     let texts: Vec<Vec<u8>> = (0..NODES).map(node_json).collect();
     let before = counting_allocator::live();
     let cache = NodeStore::default();
-    // As the node watch fills the cache: a list, then one node changed by a watch event.
-    let listed = texts
-        .iter()
-        .map(|text| {
-            let node: WatchedNode = serde_json::from_slice(text).expect("a node decodes");
-            std::sync::Arc::new(node.node)
-        })
-        .collect::<Vec<_>>();
-    cache.replace(listed);
+    // As the node watch fills the cache: a list, node by node, then one node changed
+    // by a watch event.
+    for text in &texts {
+        let node: WatchedNode = serde_json::from_slice(text).expect("a node decodes");
+        cache.apply(node.node);
+    }
+    cache.shrink_to_fit();
     let changed: WatchedNode = serde_json::from_slice(&texts[7]).expect("a node decodes");
     cache.apply(changed.node);
     let bytes = counting_allocator::live() - before;

@@ -975,6 +975,155 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
     assert_eq!(metrics.node_writes.get(), 3);
 }
 
+/// A fresh replica's node list, driven through the node watch, the sync gate and
+/// the node queue as `run` wires them. `list` sends the list's events; the caches
+/// hold nothing but the policies at first. Returns once `reconciles` node
+/// reconciles have run after the list was done.
+async fn cold_start<L, LF>(h: support::Harness, reconciles: u64, list: L)
+where
+    L: FnOnce(
+        std::sync::Arc<taint_operator::controller::context::Context>,
+        futures::channel::mpsc::UnboundedSender<
+            Result<
+                kube::runtime::watcher::Event<taint_operator::cache::node_cache::WatchedNode>,
+                kube::runtime::watcher::Error,
+            >,
+        >,
+    ) -> LF,
+    LF: Future<Output = ()>,
+{
+    use std::sync::atomic::Ordering;
+    use taint_operator::{
+        controller::watches::{feed_node_queue, follow_nodes, sync_gate},
+        telemetry::metrics::ControllerLabel,
+    };
+    use tokio::sync::mpsc;
+
+    let ctx = h.ctx.clone();
+    for node in ctx.nodes.names() {
+        ctx.nodes.delete(&node);
+    }
+    h.synced.send(false).unwrap();
+    ctx.policies_synced.store(true, Ordering::Release);
+    let gate = tokio::spawn(sync_gate(ctx.clone(), h.synced.clone()));
+    let (queue, workers) = h.start_node_queue();
+    let (watch_tx, watch_rx) = futures::channel::mpsc::unbounded();
+    let (touched_tx, touched_rx) = mpsc::unbounded_channel();
+    let (_all_tx, all_rx) = mpsc::unbounded_channel();
+    let feed = tokio::spawn(feed_node_queue(
+        ctx.clone(),
+        queue.clone(),
+        touched_rx,
+        all_rx,
+    ));
+    let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, touched_tx));
+    list(ctx.clone(), watch_tx.clone()).await;
+    ctx.wait_synced().await;
+    let done = ctx
+        .metrics
+        .reconciles
+        .get_or_create(&ControllerLabel { controller: "node" });
+    while done.get() < reconciles {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    queue.close();
+    drop(watch_tx);
+    workers.await.unwrap();
+    watch.await.unwrap();
+    gate.await.unwrap();
+    feed.abort();
+    drop(h);
+}
+
+/// A cold start writes each node as the node list brings it: with the policies
+/// (and the pods they need) in, the first node's patch goes out while the rest of
+/// the fleet is still being listed.
+#[tokio::test]
+async fn a_cold_start_writes_a_node_before_the_node_list_is_done() {
+    use kube::runtime::watcher::Event;
+    use taint_operator::cache::node_cache::WatchedNode;
+
+    let broken = served_node("n1").condition(NIC, "Kaput").build();
+    let healthy = served_node("n2").condition(NIC, "Healthy").build();
+    let (h, api) = harness(&[nic_policy()], &[broken.clone(), healthy.clone()]);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        |mut api| async move {
+            api.expect_node_patch("n1", nic_taint_on_a_bare_node("100"))
+                .await;
+            assert_eq!(api.expect_event().await["reason"], "TaintAdded");
+            api
+        },
+        |h| {
+            cold_start(h, 2, |ctx, watch| async move {
+                let send = |e| watch.unbounded_send(Ok(e)).unwrap();
+                send(Event::Init);
+                send(Event::InitApply(WatchedNode::from_node(&broken)));
+                while ctx.metrics.node_writes.get() < 1 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                assert!(
+                    !*ctx.synced.borrow(),
+                    "the sync gate opened before the list was done"
+                );
+                send(Event::InitApply(WatchedNode::from_node(&healthy)));
+                send(Event::InitDone);
+            })
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 1);
+}
+
+/// Under a policy that counts across nodes (here `maxTaintedNodes`), no node is
+/// planned before the node list is done: n1, listed first, would take the one place
+/// that n2, listed later, holds already.
+#[tokio::test]
+async fn a_capped_policy_plans_no_node_before_the_node_list_is_done() {
+    use kube::runtime::watcher::Event;
+    use taint_operator::cache::node_cache::WatchedNode;
+
+    let capped = policy("nic-broken")
+        .taint_opt(
+            "example.com/nic-broken",
+            Some("true"),
+            TaintEffect::NoExecute,
+        )
+        .matcher([cond(NIC, "Kaput|Ruined")])
+        .max_tainted(1)
+        .build();
+    let waiting = served_node("n1").condition(NIC, "Kaput").build();
+    let holding = served_node("n2")
+        .condition(NIC, "Kaput")
+        .taint_opt("example.com/nic-broken", Some("true"), NoExecute)
+        .owned(&[("example.com/nic-broken:NoExecute", "nic-broken")])
+        .build();
+    let (h, api) = harness(&[capped], &[waiting.clone(), holding.clone()]);
+    let metrics = h.metrics();
+    scenario(
+        h,
+        api,
+        // Nothing to write: n2 keeps the place, n1 waits for it.
+        |api| async move { api },
+        |h| {
+            cold_start(h, 2, |ctx, watch| async move {
+                let send = |e| watch.unbounded_send(Ok(e)).unwrap();
+                send(Event::Init);
+                send(Event::InitApply(WatchedNode::from_node(&waiting)));
+                // time for a reconcile of n1, were one allowed
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                assert!(ctx.nodes.get("n1").is_some());
+                send(Event::InitApply(WatchedNode::from_node(&holding)));
+                send(Event::InitDone);
+            })
+        },
+    )
+    .await;
+    assert_eq!(metrics.node_writes.get(), 0);
+}
+
 /// The periodic resync plans every cached node again: a node that no event queued
 /// but is wrong gets its write (counted as a correction); a converged one costs no
 /// request at all.
@@ -1343,13 +1492,15 @@ async fn a_change_that_comes_while_the_write_is_on_its_way_is_reconciled_after_i
     assert_eq!(metrics.node_writes.get(), 2);
 }
 
-/// The node watch keeps the node cache itself: a list replaces the cache only when
-/// it is done, a node deleted leaves it, a node applied after the list is in it
-/// (and counts as joined), and every touched node is named to the queue.
+/// The node watch keeps the node cache itself: a listed node is in it and named
+/// to the queue as it comes, a cached node the list did not bring leaves it when
+/// the list is done, a node deleted leaves it, a node applied after the list is in
+/// it (and counts as joined), and every touched node is named to the queue.
 #[tokio::test]
 async fn the_node_watch_keeps_the_node_cache() {
     use futures::channel::mpsc as events;
     use kube::runtime::watcher::Event;
+    use std::sync::atomic::Ordering;
     use taint_operator::{cache::node_cache::WatchedNode, controller::watches::follow_nodes};
     use tokio::sync::mpsc;
 
@@ -1372,16 +1523,23 @@ async fn the_node_watch_keeps_the_node_cache() {
             send(Event::Init);
             send(Event::InitApply(node("n1")));
             send(Event::InitApply(node("n2")));
-            // Not yet: the cache is what it was until the list is done.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            assert!(ctx.nodes.get("stale").is_some() && ctx.nodes.get("n1").is_none());
-            assert!(touched.try_recv().is_err());
-            send(Event::InitDone);
-            let mut names = vec![touched.recv().await.unwrap(), touched.recv().await.unwrap()];
-            names.sort();
-            assert_eq!(names, ["n1", "n2"]);
-            assert!(ctx.nodes.get("stale").is_none());
+            // Each listed node is cached and named as it comes, before the list is done.
+            assert_eq!(touched.recv().await.unwrap(), "n1");
+            assert_eq!(touched.recv().await.unwrap(), "n2");
             assert!(ctx.nodes.get("n1").is_some() && ctx.nodes.get("n2").is_some());
+            assert!(!ctx.nodes_synced.load(Ordering::Acquire));
+            // Not gone until the list is done: it might still come.
+            assert!(ctx.nodes.get("stale").is_some());
+            send(Event::InitDone);
+            while !ctx.nodes_synced.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(ctx.nodes.get("stale").is_none());
+            assert_eq!(ctx.nodes.len(), 2);
+            assert!(
+                touched.try_recv().is_err(),
+                "a list's end names no node again"
+            );
 
             send(Event::Apply(node("n3")));
             assert_eq!(touched.recv().await.unwrap(), "n3");

@@ -52,13 +52,14 @@ impl NodeStore {
         self.write().remove(name);
     }
 
-    /// A complete list: the cache becomes exactly these nodes.
-    // A node's settled record is mutable, but the set hashes and compares names only.
-    #[allow(clippy::mutable_key_type)]
-    pub fn replace(&self, nodes: impl IntoIterator<Item = Arc<CachedNode>>) {
-        let mut set: HashSet<ByName> = nodes.into_iter().map(ByName).collect();
-        set.shrink_to_fit();
-        *self.write() = set;
+    /// The names of every cached node, at this moment.
+    pub fn names(&self) -> HashSet<String> {
+        self.read().iter().map(|n| n.0.name().to_string()).collect()
+    }
+
+    /// Gives back what the set grew beyond its nodes while a list streamed in.
+    pub fn shrink_to_fit(&self) {
+        self.write().shrink_to_fit();
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<ByName>> {
@@ -127,15 +128,19 @@ mod tests {
     }
 
     #[test]
-    fn a_list_replaces_the_whole_cache() {
+    fn names_are_the_cached_nodes_and_shrinking_keeps_them() {
         let store = NodeStore::default();
         let clone = store.clone();
-        store.apply(node("gone", "1"));
-        store.apply(node("kept", "1"));
-        store.replace([Arc::new(node("kept", "5")), Arc::new(node("new", "5"))]);
-        let mut names: Vec<String> = clone.state().iter().map(|n| n.name().into()).collect();
+        for i in 0..100 {
+            store.apply(node(&format!("n{i}"), "1"));
+        }
+        for i in 2..100 {
+            store.delete(&format!("n{i}"));
+        }
+        store.shrink_to_fit();
+        let mut names: Vec<String> = clone.names().into_iter().collect();
         names.sort();
-        assert_eq!(names, ["kept", "new"]);
-        assert_eq!(clone.get("kept").unwrap().resource_version(), Some("5"));
+        assert_eq!(names, ["n0", "n1"]);
+        assert_eq!(clone.get("n1").unwrap().resource_version(), Some("1"));
     }
 }

@@ -34,6 +34,10 @@ use crate::{
 };
 use engine::policy_set::PolicySet;
 
+/// How often a node worker waiting for the first lists looks again: the policy
+/// set and the pod watches have no single signal to wait on.
+const PLANNABLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 pub struct Context {
     pub client: Client,
     pub nodes: NodeStore,
@@ -368,6 +372,41 @@ impl Context {
         let mut rx = self.synced.clone();
         // The sender lives as long as the operator; if it is gone we are shutting down.
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Waits until a node the node cache holds may be planned: every cache has
+    /// synced, or the policies and the critical pods they need have while the node
+    /// list is still coming in and no policy counts across nodes (see
+    /// [`PolicySet::counts_across_nodes`]). A node's plan reads that node alone
+    /// then, so a cold start writes each node as its list brings it instead of
+    /// after the whole fleet is in.
+    pub async fn wait_plannable(&self) {
+        let mut rx = self.synced.clone();
+        loop {
+            if *rx.borrow_and_update() || self.plannable_while_nodes_list() {
+                return;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(PLANNABLE_POLL) => {}
+            }
+        }
+    }
+
+    /// Whether the policy set, and the pods it needs, are in and the set plans
+    /// each node on its own.
+    fn plannable_while_nodes_list(&self) -> bool {
+        self.policies_synced
+            .load(std::sync::atomic::Ordering::Acquire)
+            && self.may_plan_with(&self.policy_set())
+    }
+
+    /// Whether a node may be planned under `set` now: the pods it needs are listed,
+    /// and so is every node when the set counts across nodes.
+    pub fn may_plan_with(&self, set: &PolicySet) -> bool {
+        let nodes_listed =
+            *self.synced.borrow() || self.nodes_synced.load(std::sync::atomic::Ordering::Acquire);
+        (nodes_listed || !set.counts_across_nodes()) && self.pod_watches.synced_for(set)
     }
 }
 

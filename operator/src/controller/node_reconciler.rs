@@ -84,11 +84,12 @@ fn unchanged_since_settled(ctx: &Context, node: Arc<CachedNode>) -> bool {
 
 /// What to do next, and whether the node was written.
 async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bool)> {
-    ctx.wait_synced().await;
+    ctx.wait_plannable().await;
     let node = ctx.freshest(node);
     let (generation, set) = ctx.policy_set_generation();
-    if !ctx.pod_watches.synced_for(&set) {
-        // A policy was just added and its critical pods are still being listed.
+    if !ctx.may_plan_with(&set) {
+        // A policy was just added: its critical pods are still being listed, or it
+        // counts across nodes while the node list is still coming in.
         return Ok((Next::After(Duration::from_millis(200)), false));
     }
     let started = std::time::Instant::now();

@@ -1,8 +1,10 @@
 //! The watches that feed the controller: nodes into the node cache and the node
 //! queue, policies into the compiled policy set, and the gate that opens once
-//! policies, nodes and the critical pods they need have all listed.
+//! policies, nodes and the critical pods they need have all listed (node
+//! reconciles may start before the node list is done: see
+//! `Context::wait_plannable`).
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt};
 use kube::{
@@ -19,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     cache::{
         initial_list::{InitialLists, watch_with_initial_list},
-        node_cache::{CachedNode, WatchedNode},
+        node_cache::WatchedNode,
         watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
     controller::{
@@ -64,19 +66,24 @@ pub async fn drive_nodes(
 
 /// [`drive_nodes`] over any stream of node watch events.
 ///
-/// A node is queued only once the node cache holds the version its event brought.
-/// That matters for lists: a list's nodes replace the cache only when the list is
-/// done (`InitDone`). After the API server restarts, or a watch expires (410 Gone),
-/// the watcher lists again; a reconcile that ran on a node of that relist before it
-/// was done would plan on the node as it was before, find nothing to do, and
-/// nothing would queue the node again.
+/// Every node goes into the node cache as it comes, a list's as much as a watch
+/// event's, and is queued only once the cache holds the version its event brought:
+/// a reconcile plans on what the cache has. So a cold start's first nodes are
+/// planned (see [`Context::wait_plannable`]) while the rest are still on the wire,
+/// and after a relist (the API server restarted, or a watch expired with 410
+/// Gone) no node is planned on the version it had before. When a list is done,
+/// the cached nodes it did not bring are gone from the cluster and leave the cache.
+/// Nothing else is replaced then: a node written since its list entry keeps the
+/// version the write's echo brings.
 pub async fn follow_nodes<S>(ctx: Arc<Context>, events: S, touched: mpsc::UnboundedSender<String>)
 where
     S: Stream<Item = Result<Event<WatchedNode>, watcher::Error>> + Send,
 {
+    use std::sync::atomic::Ordering::{Acquire, Release};
     let mut stream = std::pin::pin!(events);
-    // The nodes a list in progress has brought: the cache, once it is done.
-    let mut listed: Vec<Arc<CachedNode>> = Vec::new();
+    // The cached nodes a list in progress has not brought (yet).
+    let mut unlisted: HashSet<String> = HashSet::new();
+    let mut listed = 0usize;
     let mut list_started = std::time::Instant::now();
     let mut restarts = RestartCounter::new("nodes");
     while let Some(event) = stream.next().await {
@@ -84,19 +91,18 @@ where
         if event.is_ok() {
             ctx.node_watch_health.delivered();
         }
-        let ready: Vec<String> = match event {
+        let node = match event {
             Ok(Event::Apply(n)) => {
                 // A node the cache has not seen, after the first list: a node joining.
-                if ctx.nodes_synced.load(std::sync::atomic::Ordering::Acquire)
-                    && ctx.nodes.get(n.node.name()).is_none()
-                {
+                if ctx.nodes_synced.load(Acquire) && ctx.nodes.get(n.node.name()).is_none() {
                     ctx.metrics.nodes_joined.inc();
                 }
-                let node = ctx.nodes.apply(n.node);
-                match ctx.watch_brought(&node) {
-                    Brought::Parked | Brought::OwnEcho => continue,
-                    Brought::Change => vec![node.name().to_string()],
-                }
+                n.node
+            }
+            Ok(Event::InitApply(n)) => {
+                unlisted.remove(n.node.name());
+                listed += 1;
+                n.node
             }
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
@@ -105,26 +111,25 @@ where
                 continue;
             }
             Ok(Event::Init) => {
-                listed.clear();
+                unlisted = ctx.nodes.names();
+                listed = 0;
                 list_started = std::time::Instant::now();
                 continue;
             }
-            Ok(Event::InitApply(n)) => {
-                listed.push(Arc::new(n.node));
-                continue;
-            }
             Ok(Event::InitDone) => {
-                let names: Vec<String> = listed.iter().map(|n| n.name().to_string()).collect();
-                ctx.nodes.replace(std::mem::take(&mut listed));
-                ctx.nodes_synced
-                    .store(true, std::sync::atomic::Ordering::Release);
-                // A replica taking over writes nothing until every list is in.
+                for gone in unlisted.drain() {
+                    ctx.nodes.delete(&gone);
+                    ctx.node_seen(&gone);
+                }
+                unlisted.shrink_to_fit();
+                ctx.nodes.shrink_to_fit();
+                ctx.nodes_synced.store(true, Release);
                 tracing::info!(
-                    nodes = names.len(),
+                    nodes = listed,
                     seconds = list_started.elapsed().as_secs_f64(),
                     "listed nodes"
                 );
-                names
+                continue;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "node watch failed; retrying");
@@ -132,11 +137,14 @@ where
                 continue;
             }
         };
-        for name in ready {
-            ctx.node_seen(&name);
-            if touched.send(name).is_err() {
-                return;
-            }
+        let node = ctx.nodes.apply(node);
+        if ctx.watch_brought(&node) != Brought::Change {
+            continue;
+        }
+        let name = node.name().to_string();
+        ctx.node_seen(&name);
+        if touched.send(name).is_err() {
+            return;
         }
     }
 }
@@ -162,8 +170,6 @@ pub async fn watch_policies(
         }
         match event {
             Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
-                ctx.policies_synced
-                    .store(true, std::sync::atomic::Ordering::Release);
                 let policies = ctx.policies.state();
                 let mut signature: Vec<_> = policies
                     .iter()
@@ -191,6 +197,10 @@ pub async fn watch_policies(
                     .forget_gone(&set);
                 ctx.pod_watches.update(&set);
                 ctx.set_policy_set(set);
+                // Only now: node workers may start as soon as this says the
+                // policies are in, and must not plan on the empty set before.
+                ctx.policies_synced
+                    .store(true, std::sync::atomic::Ordering::Release);
                 let _ = all_nodes.send(());
                 ctx.status_refresh.notify_one();
             }

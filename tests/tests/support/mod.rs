@@ -73,7 +73,9 @@ pub struct Harness {
     pub ctx: Arc<Context>,
     nodes: NodeStore,
     policies: Writer<TaintPolicy>,
-    _synced: watch::Sender<bool>,
+    /// What the sync gate says: true (every cache listed) unless a test starts
+    /// the operator with its lists still coming in.
+    pub synced: watch::Sender<bool>,
     /// Nodes the operator asked the node controller to evaluate again.
     pub changed_nodes: mpsc::UnboundedReceiver<String>,
 }
@@ -167,7 +169,7 @@ fn build_harness(
         ctx: Arc::new(ctx),
         nodes: node_store,
         policies: policy_writer,
-        _synced: synced_tx,
+        synced: synced_tx,
         changed_nodes: changed_rx,
     };
     for n in nodes {
