@@ -554,7 +554,14 @@ impl Report {
                 2 * r,
                 2 * r
             );
-            for kind in ["cold start", "taint", "untaint"] {
+            // Repeated cold starts alternate with the baseline's (their own line
+            // below): a before/after split of them would mean nothing.
+            let kinds: &[&str] = if a.cold_starts > 1 {
+                &["taint", "untaint"]
+            } else {
+                &["cold start", "taint", "untaint"]
+            };
+            for &kind in kinds {
                 let side = |after: bool| {
                     self.medians_of(|p| {
                         p.runner == "baseline" && p.kind == kind && p.after_operator == after
@@ -1240,6 +1247,30 @@ mod tests {
         assert!(cold.ok);
         // seven runs, three of them the operator's: 35 relabelings give the band
         assert!(cold.noise.is_some());
+    }
+
+    #[test]
+    fn alternating_cold_starts_get_no_before_and_after_split() {
+        let after = |mut p: PhaseResult| {
+            p.after_operator = true;
+            p
+        };
+        let mut phases = vec![
+            phase("baseline", "cold start", 10.0, 1.0),
+            phase("baseline", "taint", 10.0, 100.0),
+            phase("operator", "cold start", 11.0, 1.0),
+            after(phase("baseline", "cold start", 12.0, 1.0)),
+            phase("operator", "cold start", 11.0, 1.0),
+            after(phase("baseline", "cold start", 12.0, 1.0)),
+            after(phase("baseline", "taint", 12.0, 120.0)),
+        ];
+        phases.push(phase("operator", "taint", 11.0, 110.0));
+        let mut r = report(5_000, phases);
+        r.args = Args::parse_from(["scale", "--nodes", "5000", "--cold-starts", "2"]);
+        let md = r.markdown();
+        assert!(md.contains("- baseline taint medians: before the operator 10.0 s"));
+        assert!(!md.contains("baseline cold start medians"), "{md}");
+        assert!(md.contains("The cold starts alternated"));
     }
 
     #[test]
