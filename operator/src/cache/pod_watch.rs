@@ -236,7 +236,7 @@ async fn watch_pods(
             }
             Ok(Event::InitDone) => {
                 let fresh = relist.take().unwrap_or_default();
-                // A replica taking over writes nothing until every list is in.
+                // No node is planned before every critical-pod list is in.
                 tracing::info!(
                     selector = %selector,
                     pods = fresh.len(),
