@@ -70,10 +70,16 @@ fn pass_window(interval: Duration) -> Duration {
     interval.mul_f64(0.5) + PASS_SLACK
 }
 
+/// The longest wait for the operator's next pass: one may have just started, and
+/// the operator sleeps its interval (+10 % at most) only once that pass is done.
+fn next_pass_within(interval: Duration) -> Duration {
+    pass_window(interval) + interval.mul_f64(1.1)
+}
+
 /// Waits until the operator starts its next pass. Returns its metrics and CPU
 /// seconds as last read before the pass started.
 async fn wait_for_pass(op: &OperatorProc, interval: Duration) -> Result<(OpMetrics, f64)> {
-    let deadline = Instant::now() + interval.mul_f64(1.1) + PASS_SLACK;
+    let deadline = Instant::now() + next_pass_within(interval);
     let mut last = (op.metrics().await?, op.sample().cpu_secs);
     let passes = last.0.resyncs;
     loop {
@@ -85,7 +91,7 @@ async fn wait_for_pass(op: &OperatorProc, interval: Duration) -> Result<(OpMetri
         if Instant::now() > deadline {
             return Err(format!(
                 "no resync pass started within {:.0} s (--resync-secs {})",
-                interval.mul_f64(1.1).as_secs_f64(),
+                next_pass_within(interval).as_secs_f64(),
                 interval.as_secs()
             )
             .into());
@@ -107,6 +113,16 @@ mod tests {
         assert_eq!(
             pass_window(Duration::from_secs(20)),
             Duration::from_secs(20)
+        );
+    }
+
+    #[test]
+    fn the_next_pass_is_awaited_past_one_just_started_and_a_long_interval() {
+        // a pass started as the wait began: 60 s spread, 10 s of last batches, then
+        // up to 132 s of sleep
+        assert_eq!(
+            next_pass_within(Duration::from_secs(120)),
+            Duration::from_secs(202)
         );
     }
 }
