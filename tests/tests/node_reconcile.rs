@@ -975,25 +975,23 @@ async fn a_relist_leaves_every_node_in_the_state_it_brought() {
     assert_eq!(metrics.node_writes.get(), 3);
 }
 
-/// A fresh replica's node list, driven through the node watch, the sync gate and
-/// the node queue as `run` wires them. `list` sends the list's events; the caches
-/// hold nothing but the policies at first. Returns once `reconciles` node
-/// reconciles have run after the list was done.
-async fn cold_start<L, LF>(h: support::Harness, reconciles: u64, list: L)
-where
-    L: FnOnce(
-        std::sync::Arc<taint_operator::controller::context::Context>,
-        futures::channel::mpsc::UnboundedSender<
-            Result<
-                kube::runtime::watcher::Event<taint_operator::cache::node_cache::WatchedNode>,
-                kube::runtime::watcher::Error,
-            >,
-        >,
-    ) -> LF,
-    LF: Future<Output = ()>,
+/// A fresh replica's cold start on two nodes, driven through the node watch, the
+/// sync gate and the node queue as `run` wires them. The caches hold nothing but
+/// the policies at first; the list brings `first`, then `between` runs, then the
+/// list brings `second` and is done. Returns once both nodes were reconciled.
+async fn cold_start<B, BF>(
+    h: support::Harness,
+    first: &k8s_openapi::api::core::v1::Node,
+    second: &k8s_openapi::api::core::v1::Node,
+    between: B,
+) where
+    B: FnOnce(std::sync::Arc<taint_operator::controller::context::Context>) -> BF,
+    BF: Future<Output = ()>,
 {
+    use kube::runtime::watcher::Event;
     use std::sync::atomic::Ordering;
     use taint_operator::{
+        cache::node_cache::WatchedNode,
         controller::watches::{feed_node_queue, follow_nodes, sync_gate},
         telemetry::metrics::ControllerLabel,
     };
@@ -1017,13 +1015,18 @@ where
         all_rx,
     ));
     let watch = tokio::spawn(follow_nodes(ctx.clone(), watch_rx, touched_tx));
-    list(ctx.clone(), watch_tx.clone()).await;
+    let send = |e| watch_tx.unbounded_send(Ok(e)).unwrap();
+    send(Event::Init);
+    send(Event::InitApply(WatchedNode::from_node(first)));
+    between(ctx.clone()).await;
+    send(Event::InitApply(WatchedNode::from_node(second)));
+    send(Event::InitDone);
     ctx.wait_synced().await;
     let done = ctx
         .metrics
         .reconciles
         .get_or_create(&ControllerLabel { controller: "node" });
-    while done.get() < reconciles {
+    while done.get() < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     queue.close();
@@ -1040,9 +1043,6 @@ where
 /// the fleet is still being listed.
 #[tokio::test]
 async fn a_cold_start_writes_a_node_before_the_node_list_is_done() {
-    use kube::runtime::watcher::Event;
-    use taint_operator::cache::node_cache::WatchedNode;
-
     let broken = served_node("n1").condition(NIC, "Kaput").build();
     let healthy = served_node("n2").condition(NIC, "Healthy").build();
     let (h, api) = harness(&[nic_policy()], &[broken.clone(), healthy.clone()]);
@@ -1056,11 +1056,8 @@ async fn a_cold_start_writes_a_node_before_the_node_list_is_done() {
             assert_eq!(api.expect_event().await["reason"], "TaintAdded");
             api
         },
-        |h| {
-            cold_start(h, 2, |ctx, watch| async move {
-                let send = |e| watch.unbounded_send(Ok(e)).unwrap();
-                send(Event::Init);
-                send(Event::InitApply(WatchedNode::from_node(&broken)));
+        |h| async move {
+            cold_start(h, &broken, &healthy, |ctx| async move {
                 while ctx.metrics.node_writes.get() < 1 {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -1068,9 +1065,8 @@ async fn a_cold_start_writes_a_node_before_the_node_list_is_done() {
                     !*ctx.synced.borrow(),
                     "the sync gate opened before the list was done"
                 );
-                send(Event::InitApply(WatchedNode::from_node(&healthy)));
-                send(Event::InitDone);
             })
+            .await
         },
     )
     .await;
@@ -1082,9 +1078,6 @@ async fn a_cold_start_writes_a_node_before_the_node_list_is_done() {
 /// that n2, listed later, holds already.
 #[tokio::test]
 async fn a_capped_policy_plans_no_node_before_the_node_list_is_done() {
-    use kube::runtime::watcher::Event;
-    use taint_operator::cache::node_cache::WatchedNode;
-
     let capped = policy("nic-broken")
         .taint_opt(
             "example.com/nic-broken",
@@ -1107,17 +1100,13 @@ async fn a_capped_policy_plans_no_node_before_the_node_list_is_done() {
         api,
         // Nothing to write: n2 keeps the place, n1 waits for it.
         |api| async move { api },
-        |h| {
-            cold_start(h, 2, |ctx, watch| async move {
-                let send = |e| watch.unbounded_send(Ok(e)).unwrap();
-                send(Event::Init);
-                send(Event::InitApply(WatchedNode::from_node(&waiting)));
+        |h| async move {
+            cold_start(h, &waiting, &holding, |ctx| async move {
                 // time for a reconcile of n1, were one allowed
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 assert!(ctx.nodes.get("n1").is_some());
-                send(Event::InitApply(WatchedNode::from_node(&holding)));
-                send(Event::InitDone);
             })
+            .await
         },
     )
     .await;

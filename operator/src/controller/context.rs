@@ -383,7 +383,12 @@ impl Context {
     pub async fn wait_plannable(&self) {
         let mut rx = self.synced.clone();
         loop {
-            if *rx.borrow_and_update() || self.plannable_while_nodes_list() {
+            if *rx.borrow_and_update()
+                || (self
+                    .policies_synced
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    && self.may_plan_with(&self.policy_set()))
+            {
                 return;
             }
             tokio::select! {
@@ -391,14 +396,6 @@ impl Context {
                 _ = tokio::time::sleep(PLANNABLE_POLL) => {}
             }
         }
-    }
-
-    /// Whether the policy set, and the pods it needs, are in and the set plans
-    /// each node on its own.
-    fn plannable_while_nodes_list(&self) -> bool {
-        self.policies_synced
-            .load(std::sync::atomic::Ordering::Acquire)
-            && self.may_plan_with(&self.policy_set())
     }
 
     /// Whether a node may be planned under `set` now: the pods it needs are listed,

@@ -117,11 +117,10 @@ where
                 continue;
             }
             Ok(Event::InitDone) => {
-                for gone in unlisted.drain() {
+                for gone in std::mem::take(&mut unlisted) {
                     ctx.nodes.delete(&gone);
                     ctx.node_seen(&gone);
                 }
-                unlisted.shrink_to_fit();
                 ctx.nodes.shrink_to_fit();
                 ctx.nodes_synced.store(true, Release);
                 tracing::info!(
