@@ -104,6 +104,20 @@ pub struct TaintPolicySpec {
     #[schemars(length(max = 16))]
     pub matchers: Vec<Matcher>,
 
+    /// How long no matcher must have matched before the taints a matcher put on
+    /// come off, counted from when the conditions stopped matching (their
+    /// lastTransitionTime), as Prometheus' `keep_firing_for`: a Go duration. A
+    /// detector that restarts posts its default status for a moment, then the
+    /// problem again; the default, 2m, outlasts that. `0s`: off at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+    )]
+    #[x_kube(validation = Rule::new("!self.matches('[0-9]{12,}') && duration(self.replace('µs', 'us')) <= duration('2562047h')")
+        .message("must be at most 2562047h, the longest Go duration"))]
+    pub clear_after: Option<String>,
+
     /// Hold the taints UNTIL every check here passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Readiness>,

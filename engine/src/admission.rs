@@ -21,9 +21,7 @@ pub const STARTUP_PREFIXES: [&str; 2] = [
     "readiness.k8s.io/",
 ];
 
-/// Kubernetes' taint for a node that is shut down for good (non-graceful node
-/// shutdown): its pods are deleted and their volumes detached at once.
-pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+pub use crate::out_of_service::OUT_OF_SERVICE_TAINT;
 
 /// How many tainted node names the impact warning lists, at most.
 pub const IMPACT_NAMES: usize = 5;
@@ -64,6 +62,14 @@ pub fn warnings(set: &PolicySet, i: usize, summary: Option<&PolicySummary>) -> V
                     t.key
                 ));
             }
+        }
+    }
+    for (n, t) in p.taints.iter().enumerate() {
+        if t.key == OUT_OF_SERVICE_TAINT {
+            out.push(format!(
+                "spec.taints[{n}] ({}): force-detaches volumes, so it goes on only once the node's kubelet stops reporting Ready, never on a running node; drain first with another taint (examples/spot-out-of-service.yaml)",
+                t.key
+            ));
         }
     }
     if rules.readiness.is_some() {
@@ -113,8 +119,15 @@ fn impact(s: &PolicySummary, dry_run: bool) -> String {
         s.tainted_nodes,
         s.selected_nodes
     );
-    let held = (s.pending_nodes > 0)
-        .then(|| format!("; maxTaintedNodes holds back {} more", s.pending_nodes));
+    let capped = s.pending_nodes - s.awaiting_shutdown_nodes;
+    let held = match (capped, s.awaiting_shutdown_nodes) {
+        (0, 0) => None,
+        (n, 0) => Some(format!("; maxTaintedNodes holds back {n} more")),
+        (0, w) => Some(format!("; {w} more once they are down (out-of-service)")),
+        (n, w) => Some(format!(
+            "; maxTaintedNodes holds back {n} more; {w} more once they are down (out-of-service)"
+        )),
+    };
     // As many names as fit (node names run to 253 characters).
     let room =
         WARNING_BUDGET.saturating_sub(line.len() + held.as_ref().map_or(0, String::len) + 16);

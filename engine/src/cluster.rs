@@ -108,6 +108,12 @@ impl NodeView {
     pub fn condition(&self, type_: &str) -> Option<&NodeCondition> {
         self.conditions.iter().find(|c| &*c.type_ == type_)
     }
+
+    /// The kubelet reports the node Ready: it runs.
+    pub fn reports_ready(&self) -> bool {
+        self.condition("Ready")
+            .is_some_and(|c| &*c.status == "True")
+    }
 }
 
 /// A critical pod as the index holds it, 32 bytes: one is kept per watched pod.

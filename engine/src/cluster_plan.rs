@@ -13,6 +13,7 @@ use crate::{
     node_plan::{
         Evaluated, Gates, NodePlan, UnknownPolicies, carries, plan_change, unchanged_plan,
     },
+    out_of_service,
     policy_set::PolicySet,
 };
 
@@ -24,6 +25,7 @@ pub enum Reason {
     Conflict,
     ZoneUnhealthy,
     LimitReached,
+    AwaitingShutdown,
     Draining,
     DryRun,
     Progressing,
@@ -38,6 +40,7 @@ impl Reason {
             Reason::Conflict => "Conflict",
             Reason::ZoneUnhealthy => "ZoneUnhealthy",
             Reason::LimitReached => "LimitReached",
+            Reason::AwaitingShutdown => "AwaitingShutdown",
             Reason::Draining => "Draining",
             Reason::DryRun => "DryRun",
             Reason::Progressing => "Progressing",
@@ -50,7 +53,11 @@ pub struct PolicySummary {
     pub name: String,
     pub selected_nodes: usize,
     pub tainted_nodes: usize,
+    /// Nodes that want the taints and do not get them yet: held back by
+    /// `maxTaintedNodes`, or running while out-of-service waits for them to be down.
     pub pending_nodes: usize,
+    /// Of `pending_nodes`, those out-of-service waits on.
+    pub awaiting_shutdown_nodes: usize,
     /// Nodes between NoSchedule and NoExecute once the plan is applied.
     pub draining_nodes: usize,
     /// Sorted, complete (status keeps the first 100).
@@ -343,6 +350,8 @@ struct Tally {
     draining: usize,
     /// Zones where the policy holds its switches: `(zone, matched, selected)`.
     held_zones: Vec<(String, usize, usize)>,
+    /// Running nodes its out-of-service taint waits on, by name.
+    awaiting_shutdown: Vec<String>,
 }
 
 impl Tally {
@@ -360,7 +369,9 @@ impl Tally {
         if !v.wants_taints() {
             return;
         }
-        if has_cap && v.capped() && !carries(set, i, node) {
+        if set.policies[i].is_active() && out_of_service::awaits_shutdown(set, i, node) {
+            self.awaiting_shutdown.push(node.name.clone());
+        } else if has_cap && v.capped() && !carries(set, i, node) {
             self.waiting.push(n);
         } else {
             self.tainted_names.push(node.name.clone());
@@ -406,9 +417,11 @@ fn summary(set: &PolicySet, i: usize, tally: &Tally) -> PolicySummary {
         unconverged,
         draining,
         held_zones,
+        awaiting_shutdown,
         ..
     } = tally;
-    let (selected, pending, unconverged, draining) = (*selected, *pending, *unconverged, *draining);
+    let (selected, unconverged, draining) = (*selected, *unconverged, *draining);
+    let pending = *pending + awaiting_shutdown.len();
     let mut tainted_names = tainted_names.clone();
     tainted_names.sort();
     let tainted = tainted_names.len();
@@ -454,12 +467,32 @@ fn summary(set: &PolicySet, i: usize, tally: &Tally) -> PolicySummary {
                 zones.join(", ")
             ),
         )
-    } else if pending > 0 {
+    } else if tally.pending > 0 {
         let limit = p.tainted_limit(selected).unwrap_or(0);
         (
             false,
             Reason::LimitReached,
-            format!("{pending} node(s) held back by maxTaintedNodes (limit {limit}); {counts}"),
+            format!(
+                "{} node(s) held back by maxTaintedNodes (limit {limit}); {counts}",
+                tally.pending
+            ),
+        )
+    } else if !awaiting_shutdown.is_empty() {
+        let mut names = awaiting_shutdown.clone();
+        names.sort();
+        let more = names.len().saturating_sub(5);
+        names.truncate(5);
+        let names = match more {
+            0 => names.join(", "),
+            _ => format!("{} and {more} more", names.join(", ")),
+        };
+        (
+            false,
+            Reason::AwaitingShutdown,
+            format!(
+                "{} node(s) still report Ready=True: out-of-service goes on once they are down ({names}); {counts}",
+                awaiting_shutdown.len()
+            ),
         )
     } else if draining > 0 {
         (
@@ -487,6 +520,7 @@ fn summary(set: &PolicySet, i: usize, tally: &Tally) -> PolicySummary {
         selected_nodes: selected,
         tainted_nodes: tainted,
         pending_nodes: pending,
+        awaiting_shutdown_nodes: awaiting_shutdown.len(),
         draining_nodes: draining,
         tainted_node_names: tainted_names,
         ready,

@@ -10,7 +10,7 @@ use crate::{
     cluster::{Namespace, NodeCondition, NodePods, NodeView, PodIndex, PodView},
     duration::add,
     policy::{CompiledCondition, CompiledPolicy, Readiness},
-    policy_set::PolicySet,
+    policy_set::{PolicySet, carries},
     selector::LabelValue,
 };
 
@@ -28,6 +28,9 @@ pub enum Outcome {
         /// Readiness was declared (so "ready" means something).
         has_readiness: bool,
         has_matchers: bool,
+        /// No matcher matches, but one did less than `clearAfter` ago and the
+        /// taints are on: they stay (`matched` says until when).
+        clearing: bool,
     },
 }
 
@@ -119,6 +122,9 @@ pub struct Verdict {
     pub matched: bool,
     /// A readiness check fails.
     pub unready: bool,
+    /// `matched` only because a matcher matched less than `clearAfter` ago: the
+    /// taints on the node stay, and nothing more is added or started for them.
+    pub clearing: bool,
 }
 
 impl Verdict {
@@ -141,12 +147,16 @@ impl PolicyEval {
     pub fn verdict(&self) -> Verdict {
         match &self.outcome {
             Outcome::Evaluated {
-                matched, unready, ..
+                matched,
+                unready,
+                clearing,
+                ..
             } => Verdict {
                 selected: self.selected,
                 evaluated: true,
                 matched: !matched.is_empty(),
                 unready: !unready.is_empty(),
+                clearing: *clearing,
             },
             Outcome::NotApplicable | Outcome::Completed => Verdict {
                 selected: self.selected,
@@ -282,6 +292,7 @@ impl<'a> NodeFacts<'a> {
                 unready: words.unready,
                 has_readiness: rules.is_some_and(|r| r.readiness.is_some()),
                 has_matchers: rules.is_some_and(|r| !r.matchers.is_empty()),
+                clearing: v.clearing,
             }
         } else if v.selected {
             Outcome::Completed
@@ -329,13 +340,17 @@ impl<'a> NodeFacts<'a> {
         // the readiness conditions.
         let slots = self.set.condition_slots(i);
         let conditions = &self.conditions;
+        // Taints already on stay while a matcher matches by status and reason: a
+        // detector's restart gives its conditions a new lastTransitionTime, and a
+        // `for` window starting over would lift them.
+        let held = !rules.matchers.is_empty() && carries(self.set, i, node);
         let mut at = 0;
         let mut matched = false;
         for group in &rules.matchers {
             let group_slots = &slots[at..at + group.len()];
             at += group.len();
             let found = |k: usize| conditions[group_slots[k]];
-            match match_group(group, found, now, words.is_some()) {
+            match match_group(group, found, now, words.is_some(), held) {
                 GroupMatch::Matched(reason) => {
                     matched = true;
                     if let (Some(w), Some(reason)) = (words.as_deref_mut(), reason) {
@@ -344,6 +359,29 @@ impl<'a> NodeFacts<'a> {
                 }
                 GroupMatch::MatchesAt(t) => *next_check = Some(next_check.map_or(t, |n| n.min(t))),
                 GroupMatch::No => {}
+            }
+        }
+        let mut clearing = false;
+        if !matched && held && !rules.clear_after.is_zero() {
+            let mut at = 0;
+            let cleared = rules.matchers.iter().filter_map(|group| {
+                let group_slots = &slots[at..at + group.len()];
+                at += group.len();
+                cleared_since(group, |k| conditions[group_slots[k]], now)
+            });
+            if let Some(since) = cleared.max() {
+                let until = add(since, rules.clear_after);
+                if until > now {
+                    matched = true;
+                    clearing = true;
+                    *next_check = Some(next_check.map_or(until, |n| n.min(until)));
+                    if let Some(w) = words.as_deref_mut() {
+                        w.matched.push(format!(
+                            "no matcher has matched since {since}: taints stay until {until} (clearAfter {})",
+                            human(rules.clear_after)
+                        ));
+                    }
+                }
             }
         }
         // A condition that will go stale may change the verdict then: look again.
@@ -377,6 +415,8 @@ impl<'a> NodeFacts<'a> {
             evaluated: true,
             matched,
             unready,
+            // Taints a failing readiness check wants go on whatever the matchers say.
+            clearing: clearing && !unready,
         }
     }
 
@@ -602,19 +642,44 @@ pub fn matchers_changed_at(
         .max()
 }
 
-/// `found[k]`: the node's condition of the type `group[k]` reads.
+/// Since when the matcher `group` has not matched, as its conditions tell: the
+/// earliest moment from which one of them has read as not matching (its last
+/// transition, or when it went stale). `None` when a condition that does not match
+/// gives no time (missing, or without a lastTransitionTime): it may never have
+/// matched, so nothing is kept for it. `found[k]`: the condition `group[k]` reads.
+fn cleared_since<'n>(
+    group: &[CompiledCondition],
+    found: impl Fn(usize) -> Option<&'n NodeCondition>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let mut since: Option<Timestamp> = None;
+    for (k, c) in group.iter().enumerate() {
+        let nc = found(k)?;
+        if ConditionState::of(c, Some(nc), now) != ConditionState::Differs {
+            continue;
+        }
+        let t = Reading::of(nc, c.stale_after, now).since?;
+        since = Some(since.map_or(t, |s| s.min(t)));
+    }
+    since
+}
+
+/// `found[k]`: the node's condition of the type `group[k]` reads. `held`: the
+/// policy's taints are on, so a `for` window that counts again from a new
+/// lastTransitionTime does not hold the match back.
 fn match_group<'n>(
     group: &[CompiledCondition],
     found: impl Fn(usize) -> Option<&'n NodeCondition>,
     now: Timestamp,
     say: bool,
+    held: bool,
 ) -> GroupMatch {
     let mut window_ends: Option<Timestamp> = None;
     for (k, c) in group.iter().enumerate() {
         match ConditionState::of(c, found(k), now) {
-            ConditionState::Missing
-            | ConditionState::Differs
-            | ConditionState::NoTransitionTime => return GroupMatch::No,
+            ConditionState::Missing | ConditionState::Differs => return GroupMatch::No,
+            ConditionState::NoTransitionTime | ConditionState::Waiting { .. } if held => {}
+            ConditionState::NoTransitionTime => return GroupMatch::No,
             ConditionState::Waiting { ends, .. } => {
                 window_ends = Some(window_ends.map_or(ends, |w| w.max(ends)));
             }

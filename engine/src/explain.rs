@@ -59,6 +59,8 @@ pub enum Action {
     Draining,
     /// `spec.suspend`: the policy changes nothing now.
     Suspended,
+    /// Out-of-service waits for the node to be down (see `out_of_service`).
+    AwaitingShutdown,
 }
 
 impl Action {
@@ -70,6 +72,7 @@ impl Action {
             Action::Held => "held",
             Action::Draining => "draining",
             Action::Suspended => "suspended",
+            Action::AwaitingShutdown => "awaitingShutdown",
         }
     }
 }
@@ -427,6 +430,8 @@ fn action(plan: &NodePlan, policy: &str) -> Action {
         Action::Remove
     } else if plan.held.iter().any(|p| p == policy) {
         Action::Held
+    } else if plan.awaiting_shutdown.iter().any(|p| p == policy) {
+        Action::AwaitingShutdown
     } else {
         Action::None
     }

@@ -11,7 +11,8 @@
 //! `decision` (what one policy wants on one node, and why) → `node_plan` (the
 //! taints and annotations one node should end with) → `cluster_plan` (every node,
 //! with the `maxTaintedNodes` cap and per-policy summaries). `drain` is how a
-//! policy with `spec.eviction` puts its NoExecute taints on in steps.
+//! policy with `spec.eviction` puts its NoExecute taints on in steps, and
+//! `out_of_service` keeps Kubernetes' out-of-service taint off running nodes.
 //!
 //! `admission` says whether a policy is refused and what warnings it gets (the
 //! validating webhook and `plan` ask it alike).
@@ -32,6 +33,7 @@ pub mod explain;
 pub mod invalid_spec;
 pub mod labels;
 pub mod node_plan;
+pub mod out_of_service;
 pub mod ownership;
 pub mod pace;
 pub mod policy;

@@ -3,7 +3,8 @@
 //! The rules that keep the operator safe live here: only owned taints are ever
 //! removed or changed, a foreign taint with the same key+effect is left alone,
 //! a conflict loser never touches the taint, invalid and dry-run policies freeze
-//! what they own, and taints whose policy is gone are cleaned up.
+//! what they own, taints whose policy is gone are cleaned up, and out-of-service
+//! waits for a node that is down.
 
 use std::borrow::Cow;
 
@@ -14,6 +15,7 @@ use crate::{
     cluster::NodeView,
     decision::{NodeEvaluation, Verdict},
     drain::{self, DrainGate, DrainStep},
+    out_of_service,
     ownership::{Bootstrapped, DrainStarts, ManagedTaints, split_taint_id, taint_id},
     policy_set::PolicySet,
 };
@@ -58,6 +60,8 @@ pub struct NodePlan {
     /// with the switch to NoExecute.
     pub drain_started: Vec<String>,
     pub drain_finished: Vec<String>,
+    /// Policies whose out-of-service taint waits for the node to be down (also noted).
+    pub awaiting_shutdown: Vec<String>,
 }
 
 impl NodePlan {
@@ -115,29 +119,7 @@ fn policy_reason(set: &PolicySet, eval: &dyn Evaluated, i: usize) -> String {
     reason
 }
 
-/// True when the node carries one of policy `i`'s taints, owned by it, that it
-/// keeps: a taint an older policy also declares passes to that policy with the
-/// node's next write, so it does not count (in a cap or a status) for this one.
-pub fn carries(set: &PolicySet, i: usize, node: &NodeView) -> bool {
-    let p = &set.policies[i];
-    let owns = |key: &str, effect: &str, id: &str| {
-        node.managed.owner(id) == Some(p.name.as_str())
-            && set.owner_of(id).is_none_or(|owner| owner == i)
-            && node
-                .taints
-                .iter()
-                .any(|n| n.key == key && n.effect == effect)
-    };
-    p.taints
-        .iter()
-        .zip(&p.ids)
-        .any(|(t, id)| owns(&t.key, t.effect.as_str(), id))
-        // A drain's stand-in holds the node's place as the taint it stands in for.
-        || drain::drained_taints(set, i).any(|t| {
-            let id = drain::stand_in_id(&t.key);
-            owns(&t.key, TaintEffect::NoSchedule.as_str(), &id)
-        })
-}
+pub use crate::policy_set::carries;
 
 /// What a node's plan may do beyond what its evaluation says: the caps and the
 /// drains, which depend on other nodes (and, for drains, on the node's pods).
@@ -206,6 +188,7 @@ pub fn unchanged_plan(node: &NodeView) -> NodePlan {
         held: Vec::new(),
         drain_started: Vec::new(),
         drain_finished: Vec::new(),
+        awaiting_shutdown: Vec::new(),
     }
 }
 
@@ -224,6 +207,7 @@ struct Draft<'a> {
     held: Vec<String>,
     drain_started: Vec<String>,
     drain_finished: Vec<String>,
+    awaiting_shutdown: Vec<String>,
 }
 
 impl Draft<'_> {
@@ -252,6 +236,7 @@ impl Draft<'_> {
             held: self.held,
             drain_started: self.drain_started,
             drain_finished: self.drain_finished,
+            awaiting_shutdown: self.awaiting_shutdown,
         }
     }
 }
@@ -286,6 +271,7 @@ fn draft<'a>(
         held: Vec::new(),
         drain_started: Vec::new(),
         drain_finished: Vec::new(),
+        awaiting_shutdown: Vec::new(),
     };
     // An entry whose taint is gone (someone removed it by hand) owns nothing; keeping
     // it would make the operator adopt, and later remove, a taint someone else adds
@@ -335,6 +321,10 @@ fn draft<'a>(
         if wants[o.policy] {
             // A drained taint was put on (or not yet) by its drain above.
             if taint.effect == TaintEffect::NoExecute && drain::rules_of(set, o.policy).is_some() {
+                continue;
+            }
+            // Kept while clearing, never newly added.
+            if eval.verdict(o.policy).clearing && !has_taint(&plan.taints, id) {
                 continue;
             }
             apply_present(&mut plan, set, id, taint, o.policy, reason, now, None);
@@ -425,7 +415,14 @@ fn plan_drain(
     }
     let name = set.policies[i].name.as_str();
     let step = drain::step(set, i, plan.node);
-    let gate = if wants && step != DrainStep::Switched {
+    // A clearing node keeps what it has: no drain starts or switches for it.
+    let clearing = eval.verdict(i).clearing;
+    // Nor for out-of-service on a running node: its stand-in waits too, and pods
+    // evicted with nothing to keep them off would come straight back.
+    let awaits_shutdown = drained
+        .iter()
+        .any(|t| out_of_service::holds_back(&t.key, plan.node));
+    let gate = if wants && step != DrainStep::Switched && !clearing && !awaits_shutdown {
         (gates.drain)(i)
     } else {
         DrainGate::default()
@@ -445,7 +442,8 @@ fn plan_drain(
         if set.owner_of(&stand_in_id).is_some() {
             continue;
         }
-        if wants && !switch {
+        let keep_only = clearing && !has_taint(&plan.taints, &stand_in_id);
+        if wants && !switch && !keep_only {
             let reason = || policy_reason(set, eval, i);
             let stand_in = drain::stand_in(t);
             let then = Some(TaintEffect::NoExecute);
@@ -506,6 +504,13 @@ fn apply_present(
             }
             if plan.managed.owner(id) != Some(name.as_str()) {
                 plan.managed.to_mut().insert(id, name);
+            }
+        }
+        (None, _) if out_of_service::holds_back(&t.key, plan.node) => {
+            if !plan.awaiting_shutdown.contains(name) {
+                plan.notes
+                    .push(format!("{name}: {}; {}", reason(), out_of_service::WAITING));
+                plan.awaiting_shutdown.push(name.clone());
             }
         }
         (None, _) => {

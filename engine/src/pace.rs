@@ -265,6 +265,7 @@ mod tests {
                 evaluated: true,
                 matched: true,
                 unready: false,
+                clearing: false,
             }
         }
 

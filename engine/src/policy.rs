@@ -99,7 +99,16 @@ pub struct Rules {
     pub eviction: Option<EvictionRules>,
     /// Some condition has `staleAfter` (the evaluation then looks at heartbeats).
     pub reads_staleness: bool,
+    /// `spec.clearAfter`: how long no matcher must have matched before taints held
+    /// for matchers come off.
+    pub clear_after: Duration,
 }
+
+/// `spec.clearAfter` when absent: longer than a detector's restart (node-problem-detector
+/// posts its default status at start, then what its first checks find, seconds later)
+/// and than one check interval of the plugins it ships (at most a minute), so a
+/// restart never lifts a taint it only seems to clear.
+pub const DEFAULT_CLEAR_AFTER: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone)]
 pub struct CompiledPolicy {
@@ -294,6 +303,15 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
         .as_ref()
         .map(EvictionRules::compile)
         .transpose()?;
+    let clear_after = match &spec.clear_after {
+        None => DEFAULT_CLEAR_AFTER,
+        Some(d) => parse_go_duration(d).ok_or_else(|| InvalidSpec {
+            field: "spec.clearAfter".into(),
+            message: format!(
+                "invalid duration {d:?}: use a Go duration such as 2m or 0s, at most 2562047h"
+            ),
+        })?,
+    };
     let reads_staleness = matchers.iter().flatten().any(|c| c.stale_after.is_some())
         || readiness
             .iter()
@@ -306,6 +324,7 @@ fn compile_rules(policy: &TaintPolicy) -> Result<Rules, InvalidSpec> {
         max_tainted_nodes: spec.max_tainted_nodes.clone(),
         eviction,
         reads_staleness,
+        clear_after,
     })
 }
 

@@ -4,11 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::short_str::same;
-use taint_operator_crd::TaintPolicy;
+
+use taint_operator_crd::{TaintEffect, TaintPolicy};
 
 use crate::{
     cluster::{NodeCondition, NodeView},
     labels::LabelMap,
+    ownership::taint_id,
     policy::CompiledPolicy,
     selector::{LabelKeys, LabelValue, Selector, SlotSelector},
 };
@@ -270,4 +272,37 @@ impl PolicySet {
             })
             .collect()
     }
+}
+
+/// True when the node carries one of policy `i`'s taints, owned by it, that it
+/// keeps: a taint an older policy also declares passes to that policy with the
+/// node's next write, so it does not count (in a cap, a status or a `for` window
+/// already served) for this one. A drain's stand-in (the NoSchedule taint under
+/// the key of a NoExecute taint it drains before) holds the node's place as the
+/// taint it stands in for.
+pub fn carries(set: &PolicySet, i: usize, node: &NodeView) -> bool {
+    let p = &set.policies[i];
+    if node.managed.is_empty() {
+        return false;
+    }
+    let owns = |key: &str, effect: &str, id: &str| {
+        node.managed.owner(id) == Some(p.name.as_str())
+            && set.owner_of(id).is_none_or(|owner| owner == i)
+            && node
+                .taints
+                .iter()
+                .any(|n| n.key == key && n.effect == effect)
+    };
+    let evicts = p.rules.as_ref().is_ok_and(|r| r.eviction.is_some());
+    p.taints.iter().zip(&p.ids).any(|(t, id)| {
+        owns(&t.key, t.effect.as_str(), id)
+            || (evicts
+                && t.effect == TaintEffect::NoExecute
+                && set.owner_of(id) == Some(i)
+                && owns(
+                    &t.key,
+                    TaintEffect::NoSchedule.as_str(),
+                    &taint_id(&t.key, TaintEffect::NoSchedule.as_str()),
+                ))
+    })
 }

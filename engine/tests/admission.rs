@@ -262,8 +262,30 @@ fn the_out_of_service_taint_needs_no_eviction() {
         warnings(&set, i, None),
         [
             "spec.taints[1] (example.com/gone:NoExecute) has no spec.eviction: every pod that does not tolerate it is deleted at once, whatever its PodDisruptionBudget says; add spec.eviction to drain first",
+            "spec.taints[0] (node.kubernetes.io/out-of-service): force-detaches volumes, so it goes on only once the node's kubelet stops reporting Ready, never on a running node; drain first with another taint (examples/spot-out-of-service.yaml)",
         ]
     );
+}
+
+/// Any policy that declares out-of-service is told, at apply, that the operator
+/// waits for the node to be down, whatever the taint's effect.
+#[test]
+fn declaring_out_of_service_warns_that_it_waits_for_a_node_that_is_down() {
+    for effect in [NoSchedule, NoExecute] {
+        let p = policy("oos")
+            .bare_taint("node.kubernetes.io/out-of-service", effect)
+            .matcher([cond("SpotInterruption", "True")])
+            .build();
+        let (set, i) = set_with(&[], &p);
+        let found = warnings(&set, i, None);
+        assert!(
+            found.iter().any(|w| w.starts_with(
+                "spec.taints[0] (node.kubernetes.io/out-of-service): force-detaches volumes"
+            )),
+            "{effect:?}: {found:?}"
+        );
+        assert!(found.iter().all(|w| w.len() <= 256), "{found:?}");
+    }
 }
 
 #[test]

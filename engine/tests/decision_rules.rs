@@ -1364,7 +1364,8 @@ fn max_tainted_nodes_carrying_nodes_use_up_room() {
 
 #[test]
 fn max_tainted_nodes_pending_node_is_tainted_when_room_frees_up() {
-    let mut w = capped_world(nic_policy().max_tainted(1), &["n1", "n2"]);
+    // clearAfter 0s: n1's taint goes the moment it recovers (the cap is the subject).
+    let mut w = capped_world(nic_policy().max_tainted(1).clear_after("0s"), &["n1", "n2"]);
     w.step();
     assert_eq!(w.plan().summary("p").tainted_node_names, ["n1"]);
     // n1 recovers: its taint goes, and n2 takes the room in the same pass.

@@ -127,10 +127,12 @@ fn build(h: &History) -> World {
     if let Some(s) = h.spec.zone_settle {
         eviction["zoneSettle"] = format!("{s}s").into();
     }
+    // clearAfter 0s: a healed node ends with nothing of the policy at once.
     let mut p = policy("p")
         .taint(KEY, "kaput", NoExecute)
         .matcher([cond("NIC", "Kaput")])
-        .eviction(eviction);
+        .eviction(eviction)
+        .clear_after("0s");
     if h.spec.declares_no_schedule {
         p = p.taint(KEY, "kaput", NoSchedule);
     }

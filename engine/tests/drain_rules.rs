@@ -14,12 +14,15 @@ use taint_operator_engine::{
 
 const KEY: &str = "example.com/nic";
 
-/// `p` taints `example.com/nic=kaput:NoExecute` while `NIC` is `Kaput`, with `eviction`.
+/// `p` taints `example.com/nic=kaput:NoExecute` while `NIC` is `Kaput`, with
+/// `eviction`; `clearAfter: 0s`, so a node that heals is done at once (how clearing
+/// holds a drain is in detector_restarts.rs).
 fn evicting(eviction: serde_json::Value) -> PolicyBuilder {
     policy("p")
         .taint(KEY, "kaput", NoExecute)
         .matcher([cond("NIC", "Kaput")])
         .eviction(eviction)
+        .clear_after("0s")
 }
 
 fn broken(name: &str) -> NodeBuilder {

@@ -419,6 +419,9 @@ struct NodeReport {
     /// Policies whose drain of the node starts (evictions begin): `spec.eviction`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     drains_started: Vec<String>,
+    /// Policies whose out-of-service taint waits for the node to be down.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    awaiting_shutdown: Vec<String>,
     reasons: Vec<String>,
 }
 
@@ -460,7 +463,12 @@ impl Report {
             .changes
             .iter()
             .flatten()
-            .filter(|n| !n.added.is_empty() || !n.removed.is_empty() || !n.drain_started.is_empty())
+            .filter(|n| {
+                !n.added.is_empty()
+                    || !n.removed.is_empty()
+                    || !n.drain_started.is_empty()
+                    || !n.awaiting_shutdown.is_empty()
+            })
             .map(|n| NodeReport {
                 name: n.node.clone(),
                 add: n
@@ -475,6 +483,7 @@ impl Report {
                     })
                     .collect(),
                 drains_started: n.drain_started.clone(),
+                awaiting_shutdown: n.awaiting_shutdown.clone(),
                 remove: n
                     .removed
                     .iter()
@@ -542,6 +551,14 @@ impl Report {
                     n.name.clone(),
                     "drain".into(),
                     "(evictions start)".into(),
+                    p.clone(),
+                ]);
+            }
+            for p in &n.awaiting_shutdown {
+                rows.push([
+                    n.name.clone(),
+                    "wait".into(),
+                    "(out-of-service once the node is down)".into(),
                     p.clone(),
                 ]);
             }

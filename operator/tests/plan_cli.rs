@@ -122,6 +122,7 @@ const ISTIO: &str = "cni.istio.io/not-ready";
 const NETWORK: &str = "readiness.k8s.io/network-unavailable";
 const STARTUP: &str = "startup-taint.cluster-autoscaler.kubernetes.io/initializing";
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+const SPOT_DRAIN: &str = "nodetaint.io/spot-preempted";
 /// nic-kaput's NoExecute taint goes on through a drain: NoSchedule first.
 const STAND_IN: &str = "NoSchedule then NoExecute";
 
@@ -169,13 +170,14 @@ fn expected_nodes() -> Vec<NodeChanges> {
             ],
             remove: vec![],
         },
+        // Ready=True: drained while it runs; out-of-service waits for it to be down.
         NodeChanges {
             name: "spot-1",
             add: vec![(
-                OUT_OF_SERVICE,
-                Some("nodeshutdown"),
-                "NoExecute",
-                "spot-out-of-service",
+                SPOT_DRAIN,
+                Some("notice"),
+                STAND_IN,
+                "spot-preemption-drain",
             )],
             remove: vec![],
         },
@@ -195,7 +197,8 @@ fn expected_nodes() -> Vec<NodeChanges> {
 /// `(name, selected, tainted, pending)` from examples/README.md at 12:00:00.
 fn expected_policies() -> Vec<(&'static str, u64, u64, u64)> {
     vec![
-        ("spot-out-of-service", 3, 1, 0),
+        ("spot-preemption-drain", 3, 1, 0),
+        ("spot-out-of-service", 3, 0, 1),
         ("nic-kaput", 10, 2, 0),
         ("startup-init-daemonset", 9, 1, 0),
         ("istio-cni-readiness", 10, 1, 0),
@@ -358,10 +361,11 @@ fn assert_policies(report: &Value, expected: &[(&str, u64, u64, u64)]) {
         assert_eq!(u64_field(p, "pendingNodes"), pending, "{name} pendingNodes");
         // The status once the plan is applied: converged, but nic-kaput's nodes stay
         // NoSchedule until their drains allow NoExecute.
-        let (ready, reason) = if name == "nic-kaput" {
-            (false, "Draining")
-        } else {
-            (true, "Reconciled")
+        let (ready, reason) = match name {
+            "nic-kaput" | "spot-preemption-drain" => (false, "Draining"),
+            // spot-1 reports Ready=True: out-of-service waits for it to be down.
+            "spot-out-of-service" => (false, "AwaitingShutdown"),
+            _ => (true, "Reconciled"),
         };
         assert_eq!(p["ready"], json!(ready), "{name} ready");
         assert_eq!(str_field(p, "reason"), reason, "{name} reason");
@@ -381,6 +385,18 @@ fn examples_plan_as_the_readme_says() {
     let report = plan_json(&policy_examples(), &[cluster()], NOW);
     assert_nodes(&report, &expected_nodes());
     assert_policies(&report, &expected_policies());
+    // No out-of-service on a node whose kubelet reports Ready=True: spot-1 waits.
+    assert_eq!(
+        node(&report, "spot-1")["awaitingShutdown"],
+        json!(["spot-out-of-service"])
+    );
+    assert!(
+        node(&report, "spot-1")["reasons"]
+            .to_string()
+            .contains("spot-out-of-service: condition SpotInterruption=True matched; node.kubernetes.io/out-of-service waits until the node is down"),
+        "{}",
+        node(&report, "spot-1")["reasons"]
+    );
 
     // The reasons carry the facts the README gives for each change.
     let reasons = |name: &str| node(&report, name)["reasons"].to_string();
@@ -419,27 +435,34 @@ fn examples_plan_as_the_readme_says() {
 #[test]
 fn each_example_alone_gives_its_own_part_of_the_plan() {
     // No two examples share a taint, so planned alone each gives exactly its own rows.
-    for (file, name) in [
-        ("spot-out-of-service.yaml", "spot-out-of-service"),
-        ("nic-kaput.yaml", "nic-kaput"),
-        ("startup-init-daemonset.yaml", "startup-init-daemonset"),
-        ("istio-cni-readiness.yaml", "istio-cni-readiness"),
-        ("cni-network-ready.yaml", "cni-network-ready"),
+    for (file, names) in [
+        (
+            "spot-out-of-service.yaml",
+            &["spot-preemption-drain", "spot-out-of-service"][..],
+        ),
+        ("nic-kaput.yaml", &["nic-kaput"]),
+        ("startup-init-daemonset.yaml", &["startup-init-daemonset"]),
+        ("istio-cni-readiness.yaml", &["istio-cni-readiness"]),
+        ("cni-network-ready.yaml", &["cni-network-ready"]),
     ] {
         let report = plan_json(&[example(file)], &[cluster()], NOW);
         let expected: Vec<NodeChanges> = expected_nodes()
             .into_iter()
             .map(|n| NodeChanges {
                 name: n.name,
-                add: n.add.into_iter().filter(|a| a.3 == name).collect(),
-                remove: n.remove.into_iter().filter(|r| r.2 == name).collect(),
+                add: n.add.into_iter().filter(|a| names.contains(&a.3)).collect(),
+                remove: n
+                    .remove
+                    .into_iter()
+                    .filter(|r| names.contains(&r.2))
+                    .collect(),
             })
             .filter(|n| !n.add.is_empty() || !n.remove.is_empty())
             .collect();
         assert_nodes(&report, &expected);
         let counts: Vec<_> = expected_policies()
             .into_iter()
-            .filter(|p| p.0 == name)
+            .filter(|p| names.contains(&p.0))
             .collect();
         assert_policies(&report, &counts);
     }
@@ -509,9 +532,9 @@ fn table_output_lists_every_change_and_policy() {
 fn example_objects() -> Vec<Value> {
     policy_examples()
         .iter()
-        .map(|p| {
+        .flat_map(|p| {
             let text = std::fs::read_to_string(p).expect("read an example");
-            serde_saphyr::from_str(&text).expect("an example is YAML")
+            serde_saphyr::from_multiple::<Value>(&text).expect("an example is YAML")
         })
         .collect()
 }
@@ -538,11 +561,11 @@ fn many_files_one_multi_document_file_and_a_list_give_the_same_plan() {
     let objects = example_objects();
     let head = json!({"apiVersion": "v1", "kind": "List", "items": objects[..3]});
     let head = dir.write("head.yaml", &serde_saphyr::to_string(&head).expect("YAML"));
-    let tail = format!(
-        "{}---\n{}",
-        serde_saphyr::to_string(&objects[3]).expect("YAML"),
-        serde_saphyr::to_string(&objects[4]).expect("YAML")
-    );
+    let tail: Vec<String> = objects[3..]
+        .iter()
+        .map(|o| serde_saphyr::to_string(o).expect("YAML"))
+        .collect();
+    let tail = tail.join("---\n");
     let tail = dir.write("tail.yaml", &tail);
     assert_eq!(
         plan_json(&[head, tail], &[cluster()], NOW),
@@ -940,9 +963,16 @@ fn the_files_policies_get_the_webhooks_warnings() {
         of("nic-kaput"),
         ["impact: would taint 2 of 10 selected nodes now (od-2, od-6)"]
     );
-    // The out-of-service node is gone: nothing to drain, no eviction warning.
+    // out-of-service needs no eviction warning, but says it waits for a node that is down.
     assert_eq!(
         of("spot-out-of-service"),
+        [
+            "impact: would taint 0 of 3 selected nodes now; 1 more once they are down (out-of-service)",
+            "spec.taints[0] (node.kubernetes.io/out-of-service): force-detaches volumes, so it goes on only once the node's kubelet stops reporting Ready, never on a running node; drain first with another taint (examples/spot-out-of-service.yaml)",
+        ]
+    );
+    assert_eq!(
+        of("spot-preemption-drain"),
         ["impact: would taint 1 of 3 selected nodes now (spot-1)"]
     );
     // A startup prefix: no autoscaler warning.
@@ -952,7 +982,7 @@ fn the_files_policies_get_the_webhooks_warnings() {
             .all(|w| w.starts_with("impact: ")),
         "{warnings:?}"
     );
-    // Only Istio's fixed key earns a warning beyond the impact lines.
+    // Only Istio's fixed key and the out-of-service taint earn a warning beyond the impact lines.
     let beyond_impact: Vec<&(String, String)> = warnings
         .iter()
         .filter(|(_, w)| !w.starts_with("impact: "))
@@ -960,7 +990,7 @@ fn the_files_policies_get_the_webhooks_warnings() {
     assert!(
         beyond_impact
             .iter()
-            .all(|(p, _)| p == "istio-cni-readiness"),
+            .all(|(p, _)| p == "istio-cni-readiness" || p == "spot-out-of-service"),
         "{beyond_impact:?}"
     );
     // Karpenter's prefix: no autoscaler warning.

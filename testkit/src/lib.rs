@@ -155,6 +155,7 @@ pub fn policy(name: &str) -> PolicyBuilder {
                 node_selector: None,
                 taints: Vec::new(),
                 matchers: Vec::new(),
+                clear_after: None,
                 readiness: None,
                 mode: Mode::Continuous,
                 dry_run: false,
@@ -244,6 +245,12 @@ impl PolicyBuilder {
             status: status.into(),
             stale_after: Some(stale_after.into()),
         });
+        self
+    }
+
+    /// `spec.clearAfter`.
+    pub fn clear_after(mut self, duration: &str) -> Self {
+        self.policy.spec.clear_after = Some(duration.into());
         self
     }
 

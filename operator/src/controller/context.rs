@@ -28,6 +28,7 @@ use crate::{
     controller::cap_ledger::CapLedger,
     controller::event_summary::TaintEvent,
     controller::node_events::{self, EventPace, EventQueue, WriteActivity},
+    controller::shutdown_waits::ShutdownWaits,
     drain::ledger::DrainLedger,
     telemetry::metrics::Metrics,
     write_fence::WriteFence,
@@ -49,6 +50,8 @@ pub struct Context {
     pub caps: Mutex<CapLedger>,
     /// Each zone's drain pace and the nodes' eviction retries.
     pub drains: Mutex<DrainLedger>,
+    /// Nodes whose out-of-service taint waits for them to be down, as announced.
+    pub shutdown_waits: ShutdownWaits,
     pub metrics: Metrics,
     /// Who the events say they come from; see `publish`.
     pub reporter: Reporter,
@@ -202,6 +205,7 @@ impl Context {
             pod_watches,
             caps: Mutex::new(CapLedger::default()),
             drains: Mutex::default(),
+            shutdown_waits: ShutdownWaits::default(),
             metrics,
             status_refresh: Notify::new(),
             policies_synced: std::sync::atomic::AtomicBool::new(false),

@@ -20,6 +20,7 @@ use crate::{
     controller::node_drains::{self, GateKeeper},
     controller::node_queue::{Next, Work},
     controller::node_writer::write_node,
+    controller::shutdown_waits,
     telemetry::metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
 };
 use engine::{
@@ -38,6 +39,7 @@ pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
 pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
     // Deleted since it was queued: nothing to do.
     let Some(node) = ctx.nodes.get(&work.node) else {
+        ctx.shutdown_waits.forget(&work.node);
         return Next::AwaitChange;
     };
     if work.by_resync && unchanged_since_settled(&ctx, node.clone()) {
@@ -169,6 +171,7 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     let next_check = Mutex::new(None);
     let held_back = Mutex::new(false);
     let drain_wake = Mutex::new((None::<Timestamp>, false));
+    let awaiting_shutdown = Mutex::new(Vec::new());
     let gate_waited = Mutex::new(false);
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
     let api: Api<WatchedNode> = Api::all(ctx.client.clone());
@@ -197,6 +200,10 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
         );
         *drain_wake.lock().expect("drain wake lock") = (keeper.wake.get(), keeper.zone_held.get());
         *gate_waited.lock().expect("gate waited lock") = keeper.waited.get();
+        awaiting_shutdown
+            .lock()
+            .expect("awaiting shutdown lock")
+            .clone_from(&plan.awaiting_shutdown);
         plan
     };
     // What the watch brings while the patch is on its way waits for its answer:
@@ -213,6 +220,15 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
     );
     let written = result?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
+    shutdown_waits::announce(
+        &ctx.shutdown_waits,
+        node.name(),
+        final_node.object_ref(),
+        &awaiting_shutdown
+            .into_inner()
+            .expect("awaiting shutdown lock"),
+        |e, r| ctx.emit(e, r),
+    );
     let final_version = final_node.resource_version().map(str::to_string);
     // Only capped policies need the ledger (see `CapLedger::forget_uncapped`).
     let capped = set.policies.iter().any(|p| {
