@@ -233,6 +233,14 @@ impl Harness {
         Ok(serde_saphyr::from_str(&text)?)
     }
 
+    /// Every document of an example file.
+    pub fn read_examples(&self, file: &str) -> Result<Vec<serde_json::Value>> {
+        let path = self.repo_root.join("examples").join(file);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(serde_saphyr::from_multiple(&text)?)
+    }
+
     /// Runs `kubectl` with the admin kubeconfig; fails unless it exits 0.
     pub async fn kubectl(&self, args: &[&str]) -> Result<String> {
         let out = Command::new("kubectl")

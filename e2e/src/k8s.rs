@@ -420,7 +420,13 @@ impl K {
     // ------------------------------------------------------------------ policies
 
     /// Creates a TaintPolicy from JSON (`apiVersion`/`kind` added when missing).
+    /// Creates a policy. One that does not say `clearAfter` gets `0s`: the scenarios
+    /// time how soon a taint comes off once its condition clears, and the default
+    /// (2m) has a scenario of its own.
     pub async fn create_policy(&self, mut policy: Value) -> Result<TaintPolicy> {
+        if policy["spec"].get("clearAfter").is_none() {
+            policy["spec"]["clearAfter"] = json!("0s");
+        }
         policy["apiVersion"] = json!("nodetaint.io/v1alpha1");
         policy["kind"] = json!("TaintPolicy");
         let obj: DynamicObject = serde_json::from_value(policy)?;

@@ -42,12 +42,17 @@ async fn time_until_taints(
     .await
 }
 
-/// The basic scenario: a matcher on a condition flips a NoExecute taint on and off.
-/// Measures the condition-flip → taint-visible latency and counts node writes per transition.
+/// The spot example, both policies as shipped: at the notice a running node is
+/// drained (`spot-preemption-drain`) and out-of-service waits; once the node
+/// lifecycle controller's `Ready=Unknown` says it is down, out-of-service goes on.
+/// A cleared notice keeps both taints for `clearAfter` (2m), and a policy edited to
+/// `0s` lets them go at once. Measures the down → out-of-service latency and counts
+/// node writes per transition.
 pub async fn spot_out_of_service(h: &Harness) -> Result {
+    const DRAINED: &str = "nodetaint.io/spot-preempted=notice:NoExecute";
     let k = &h.k;
     let s = Scn("spot");
-    let policy = "e2e-spot-out-of-service";
+    let (drain, oos) = ("e2e-spot-preemption-drain", "e2e-spot-out-of-service");
     let (a, b, od) = (s.node("a"), s.node("b"), s.node("od"));
     let spot = ("node.kubernetes.io/lifecycle", "spot");
     k.create_node(&a, &[s.label(), spot]).await?;
@@ -57,19 +62,20 @@ pub async fn spot_out_of_service(h: &Harness) -> Result {
         &[s.label(), ("node.kubernetes.io/lifecycle", "on-demand")],
     )
     .await?;
+    let running = |spot: Cond| vec![Cond::now("Ready", "True", "KubeletReady"), spot];
     k.set_conditions(
         &a,
-        &[Cond::now("SpotInterruption", "False", "NoInterruption")],
+        &running(Cond::now("SpotInterruption", "False", "NoInterruption")),
     )
     .await?;
     // A rebalance recommendation is not a preemption: the reason regex leaves it out.
     k.set_conditions(
         &b,
-        &[Cond::now(
+        &running(Cond::now(
             "SpotInterruption",
             "True",
             "RebalanceRecommendation",
-        )],
+        )),
     )
     .await?;
     // On-demand nodes are not selected, whatever their conditions say.
@@ -79,84 +85,138 @@ pub async fn spot_out_of_service(h: &Harness) -> Result {
     )
     .await?;
 
-    k.create_policy(s.example_policy(h.read_example("spot-out-of-service.yaml")?, policy))
-        .await?;
-    k.wait_finalizer(policy).await?;
-    let v = expect_status(k, policy, "True", "Reconciled", (2, 0, 0)).await?;
+    let docs = h.read_examples("spot-out-of-service.yaml")?;
+    ensure_eq!(docs.len(), 2, "policies in the spot example");
+    for (doc, name) in docs.into_iter().zip([drain, oos]) {
+        let mut p = s.example_policy(doc, name);
+        // As shipped: the default clearAfter, said out loud (create_policy makes a
+        // policy that says none `0s`).
+        if p["spec"].get("clearAfter").is_none() {
+            p["spec"]["clearAfter"] = json!("2m");
+        }
+        k.create_policy(p).await?;
+        k.wait_finalizer(name).await?;
+    }
+    let v = expect_status(k, oos, "True", "Reconciled", (2, 0, 0)).await?;
     ensure_eq!(v.taints.as_deref(), Some(OUT_OF_SERVICE), "status.taints");
-    ensure_eq!(
-        v.message(),
-        "0 of 2 selected nodes tainted",
-        "Ready message"
-    );
     for n in [&a, &b, &od] {
         check_node(k, n, &[], &owned(&[])).await?;
     }
 
-    // Preemption notice: the taint goes on.
-    let writes0 = h.metrics().await?.node_writes();
-    let flipped_at = Timestamp::now();
-    let t0 = Instant::now();
+    // Preemption notice on a running node: drained, and no out-of-service.
     k.set_conditions(
         &a,
-        &[Cond::now("SpotInterruption", "True", "PreemptionNotice")],
+        &running(Cond::now("SpotInterruption", "True", "PreemptionNotice")),
     )
     .await?;
-    let latency_on = time_until_taints(h, &a, &[OUT_OF_SERVICE], t0).await?;
-    println!(
-        "flip→taint latency (taint added): {} ms",
-        latency_on.as_millis()
+    time_until_taints(h, &a, &[DRAINED], Instant::now()).await?;
+    let v = expect_status(k, oos, "False", "AwaitingShutdown", (2, 0, 1)).await?;
+    ensure!(
+        v.message().contains(&a),
+        "the status names {a}: {}",
+        v.message()
     );
+    k.wait_event("Node", &a, "OutOfServiceWaiting", &[oos, "Ready=True"])
+        .await?;
+    always_for(
+        "no out-of-service on a running node",
+        Duration::from_secs(3),
+        async || {
+            let n = k.node(&a).await?;
+            ensure!(
+                !taint_strs(&n)
+                    .iter()
+                    .any(|t| t.starts_with("node.kubernetes.io/out-of-service")),
+                "out-of-service on a Ready=True node: {:?}",
+                taint_strs(&n)
+            );
+            Ok(())
+        },
+    )
+    .await?;
+
+    // The node goes down (the node lifecycle controller's Ready=Unknown): out-of-service.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes0 = h.metrics().await?.node_writes();
+    let down_at = Timestamp::now();
+    let t0 = Instant::now();
+    let notice = Cond::now("SpotInterruption", "True", "PreemptionNotice");
+    k.set_conditions(
+        &a,
+        &[
+            Cond::now("Ready", "Unknown", "NodeStatusUnknown"),
+            notice.clone(),
+        ],
+    )
+    .await?;
+    let latency_on = time_until_taints(h, &a, &[DRAINED, OUT_OF_SERVICE], t0).await?;
+    println!("down→out-of-service latency: {} ms", latency_on.as_millis());
     let node = check_node(
         k,
         &a,
-        &[OUT_OF_SERVICE],
-        &owned(&[(OUT_OF_SERVICE_ID, policy)]),
+        &[DRAINED, OUT_OF_SERVICE],
+        &owned(&[
+            ("nodetaint.io/spot-preempted:NoExecute", drain),
+            (OUT_OF_SERVICE_ID, oos),
+        ]),
     )
     .await?;
-    let added = taints(&node)[0]
-        .time_added
-        .clone()
-        .ok_or("the NoExecute taint has no timeAdded")?
+    let added = taints(&node)
+        .iter()
+        .find(|t| t.key == "node.kubernetes.io/out-of-service")
+        .and_then(|t| t.time_added.clone())
+        .ok_or("out-of-service has no timeAdded")?
         .0;
-    let skew = added.duration_since(flipped_at);
+    let skew = added.duration_since(down_at);
     ensure!(
         skew >= SignedDuration::from_secs(-1) && skew <= SignedDuration::from_secs(2),
-        "timeAdded {added} is not the time the taint was added (condition flipped at {flipped_at})"
+        "timeAdded {added} is not the time the taint was added (node down at {down_at})"
     );
-    ensure!(
-        bootstrapped(&node)?.is_empty(),
-        "a Continuous policy recorded a bootstrap"
-    );
-    let v = expect_status_names(k, policy, "True", "Reconciled", (2, 1, 0), &[&a]).await?;
-    ensure_eq!(
-        v.message(),
-        "1 of 2 selected nodes tainted",
-        "Ready message"
-    );
-    k.wait_event("Node", &a, "TaintAdded", &[policy, "SpotInterruption=True"])
+    expect_status_names(k, oos, "True", "Reconciled", (2, 1, 0), &[&a]).await?;
+    k.wait_event("Node", &a, "TaintAdded", &[oos, "SpotInterruption=True"])
         .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes1 = h.metrics().await?.node_writes();
-    println!("node writes for the add transition: {}", writes1 - writes0);
     ensure_eq!(
         writes1 - writes0,
         1,
-        "node writes for one transition (taint added)"
+        "node writes for one transition (out-of-service added)"
     );
     check_node(k, &b, &[], &owned(&[])).await?;
     check_node(k, &od, &[], &owned(&[])).await?;
 
-    // The interruption clears (a stopped instance started again): the taint comes off.
-    let t1 = Instant::now();
+    // The notice clears (a stopped instance started again): both taints stay for
+    // clearAfter, so a detector that restarts does not lift them...
     k.set_conditions(
         &a,
-        &[Cond::now("SpotInterruption", "False", "NoInterruption")],
+        &running(Cond::now("SpotInterruption", "False", "NoInterruption")),
     )
     .await?;
+    always_for(
+        "taints kept within clearAfter",
+        Duration::from_secs(3),
+        async || {
+            let n = k.node(&a).await?;
+            let mut got = taint_strs(&n);
+            got.sort();
+            ensure_eq!(
+                got,
+                vec![OUT_OF_SERVICE.to_string(), DRAINED.to_string()],
+                "taints"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    // ...and with clearAfter 0s they come off at once.
+    let t1 = Instant::now();
+    for name in [drain, oos] {
+        k.patch_policy(name, json!({"spec": {"clearAfter": "0s"}}))
+            .await?;
+    }
     let latency_off = time_until_taints(h, &a, &[], t1).await?;
     println!(
-        "flip→taint latency (taint removed): {} ms",
+        "clearAfter edit→taints removed: {} ms",
         latency_off.as_millis()
     );
     let node = check_node(k, &a, &[], &owned(&[])).await?;
@@ -168,22 +228,14 @@ pub async fn spot_out_of_service(h: &Harness) -> Result {
             .is_some_and(|m| m.contains_key(MANAGED_TAINTS_ANNOTATION)),
         "an empty ownership annotation was left on {a}"
     );
-    k.wait_event("Node", &a, "TaintRemoved", &[policy]).await?;
-    expect_status_names(k, policy, "True", "Reconciled", (2, 0, 0), &[]).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let writes2 = h.metrics().await?.node_writes();
-    println!(
-        "node writes for the remove transition: {}",
-        writes2 - writes1
-    );
-    ensure_eq!(
-        writes2 - writes1,
-        1,
-        "node writes for one transition (taint removed)"
-    );
+    k.wait_event("Node", &a, "TaintRemoved", &[oos]).await?;
+    expect_status_names(k, oos, "True", "Reconciled", (2, 0, 0), &[]).await?;
 
-    k.delete_policy(policy).await?;
-    k.wait_policy_gone(policy).await
+    for name in [drain, oos] {
+        k.delete_policy(name).await?;
+        k.wait_policy_gone(name).await?;
+    }
+    Ok(())
 }
 
 /// Condition-regex matchers with `for: 30s` and a reason regex, the 30% cap, and a

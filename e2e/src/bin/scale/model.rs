@@ -162,6 +162,9 @@ pub(crate) fn policy_defs(k: usize, ns: &str) -> Vec<PolicyDef> {
                     {"conditions": [{"type": "BenchDisk", "status": "Kaput|Ruined"},
                                     {"type": "Ready", "status": "True"}]}
                 ],
+                // The untaint phase times the operator against a loop that untaints
+                // the moment a condition clears: no clearAfter.
+                "clearAfter": "0s",
                 "mode": "Continuous"
             }),
             name,
