@@ -7,7 +7,8 @@ E2E_REAL_CLUSTER_DIR=DIR uses a cluster already up (and leaves it up).
 
 E2E_NODES (default 1) and E2E_ZONES (e.g. a,b) size the cluster. One node runs
 the one-node suite (test_real.py); several run the multi-node suite
-(test_multinode.py). Each suite is collected only for its size.
+(test_multinode.py, and test_detectors.py with NPD_BIN). Each suite is collected
+only for its size.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ POD_SECURITY = {
 
 NODES = int(os.environ.get("E2E_NODES", "1") or "1")
 ZONES = os.environ.get("E2E_ZONES", "")
-collect_ignore = ["test_real.py"] if NODES > 1 else ["test_multinode.py"]
+collect_ignore = ["test_real.py"] if NODES > 1 else ["test_multinode.py", "test_detectors.py"]
 
 # Filled by the tests, printed at the end of the run.
 MEASUREMENTS: dict[str, str] = {}

@@ -184,6 +184,10 @@ def set_condition(ctype: str, status: str, name: str | None = None) -> None:
 
 
 def policy(name: str, taint_key: str, effect: str = "NoSchedule", **spec: Any) -> dict[str, Any]:
+    """A policy owning one taint. The tests time how soon a taint comes off once its
+    condition clears, so it says `clearAfter: 0s` unless `spec` says otherwise; the
+    default (2m) is what the detector tests (test_detectors.py) rely on."""
+    spec.setdefault("clearAfter", "0s")
     return {
         "apiVersion": "nodetaint.io/v1alpha1",
         "kind": "TaintPolicy",

@@ -319,16 +319,20 @@ def test_2_a_failing_zone_keeps_its_pods(several_nodes):
 # ---------------------------------------------------------------- 3: the seed story
 
 
-def spot_policy() -> dict[str, Any]:
-    obj = yaml.safe_load((k8s.REPO / "examples" / "spot-out-of-service.yaml").read_text())
-    obj["metadata"] = {"name": obj["metadata"]["name"]}
-    return obj
+def spot_policies() -> list[dict[str, Any]]:
+    """The two policies of examples/spot-out-of-service.yaml: drain at the notice,
+    out-of-service once the node is down."""
+    objs = list(yaml.safe_load_all((k8s.REPO / "examples" / "spot-out-of-service.yaml").read_text()))
+    for obj in objs:
+        obj["metadata"] = {"name": obj["metadata"]["name"]}
+    return objs
 
 
 def power_off_and_recover(app: str, victim: str, with_policy: bool, timeout: float) -> float:
     """Powers `victim` off (as a termination handler would, its SpotInterruption
     condition goes True at once); returns the seconds until the workload has 4
-    Ready replicas again, none on the victim."""
+    Ready replicas again, none on the victim. out-of-service goes on once the node
+    lifecycle controller has marked the node down, never before."""
     placement = start_workload(app)
     assert victim in placement.values(), placement
     started = time.monotonic()
@@ -352,7 +356,9 @@ def power_off_and_recover(app: str, victim: str, with_policy: bool, timeout: flo
         wait_until(
             f"{victim} out-of-service",
             lambda: any(t["key"] == "node.kubernetes.io/out-of-service" for t in k8s.taints(k8s.get("node", victim))),
-            30,
+            # out-of-service waits until the node lifecycle controller marks the node
+            # down (NODE_MONITOR_GRACE_SECONDS, 20 s here)
+            60,
             0.2,
         )
 
@@ -381,12 +387,13 @@ def restore(victim: str) -> None:
 def test_3_a_powered_off_spot_node_is_recovered_by_out_of_service(several_nodes):
     victim = nodes()[-1]
     kubectl("label", "node", victim, "node.kubernetes.io/lifecycle=spot", "--overwrite")
-    k8s.apply(spot_policy())
+    policies = spot_policies()
+    k8s.apply(*policies)
     try:
         with_policy = power_off_and_recover("spot-with", victim, True, 120)
     finally:
         stop_workload_anywhere("spot-with")
-        k8s.delete_policies("spot-out-of-service")
+        k8s.delete_policies(*(p["metadata"]["name"] for p in policies))
         restore(victim)
     try:
         without = power_off_and_recover("spot-without", victim, False, 600)

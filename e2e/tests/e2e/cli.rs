@@ -394,6 +394,9 @@ pub async fn plan_live(h: &Harness) -> Result {
             json!({
                 "taints": [{"key": KEY, "effect": "NoSchedule"}],
                 "matchers": [{"conditions": [{"type": "Broken", "status": status}]}],
+                // As create_policy gives the live one: a replaced matcher plans its
+                // removals at once.
+                "clearAfter": "0s",
             }),
         );
         p["apiVersion"] = json!("nodetaint.io/v1alpha1");
