@@ -37,6 +37,8 @@ pub fn node_patch(set: &PolicySet, node: &Node) -> (Vec<Value>, Vec<String>) {
     );
     let mut added = Vec::new();
     let mut new_taints = Vec::new();
+    // A node registering as Ready=True runs: out-of-service is never put on it.
+    let view = engine::cluster::NodeView::from_node(node);
     for (i, p) in set.policies.iter().enumerate() {
         let Ok(rules) = &p.rules else { continue };
         if !p.is_active() || rules.readiness.is_none() || !rules.node_selector.matches(&labels) {
@@ -63,7 +65,10 @@ pub fn node_patch(set: &PolicySet, node: &Node) -> (Vec<Value>, Vec<String>) {
                     .any(|e: &k8s_openapi::api::core::v1::Taint| {
                         e.key == t.key && e.effect == t.effect.as_str()
                     });
-            if set.owner_of(&id) != Some(i) || taken {
+            if set.owner_of(&id) != Some(i)
+                || taken
+                || engine::out_of_service::holds_back(&t.key, &view)
+            {
                 continue;
             }
             // timeAdded is left to the API server; NoExecute readiness taints are unusual on a new node.
@@ -235,6 +240,29 @@ mod tests {
 
     fn set(policies: &[TaintPolicy]) -> PolicySet {
         PolicySet::from_resources(policies)
+    }
+
+    #[test]
+    fn never_puts_out_of_service_on_a_node_that_registers_ready() {
+        let s = set(&[policy(
+            "oos",
+            "2026-01-01T00:00:00Z",
+            readiness("node.kubernetes.io/out-of-service", json!({})),
+        )]);
+        let mut running = node(&[("pool", "a")], None, None);
+        running.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let (ops, added) = node_patch(&s, &running);
+        assert!(ops.is_empty() && added.is_empty(), "{ops:?}");
+        // Not reporting yet: nothing runs there, the taint goes on as for any readiness taint.
+        let (ops, _) = node_patch(&s, &node(&[("pool", "a")], None, None));
+        assert_eq!(ops.len(), 2, "{ops:?}");
     }
 
     #[test]
