@@ -46,7 +46,7 @@ ci:
 chart-e2e:
     bash tests/chart/run-e2e.sh
 
-# The multi-node suite (e2e/real/test_multinode.py) on 4 kubelets in zones a and b: drains, a zone hold, out-of-service, the leader's node powered off.
+# The multi-node suite (e2e/real/test_multinode.py, and test_detectors.py with NPD_BIN) on 4 kubelets in zones a and b: drains, a zone hold, out-of-service, the leader's node powered off, node-problem-detector's conditions.
 e2e-multinode:
     E2E_NODES=4 E2E_ZONES=a,b bash e2e/real/run.sh
 
