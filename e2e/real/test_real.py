@@ -1608,10 +1608,14 @@ def previous_release(release, helm_cfg, previous_chart):
     kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
     k8s.set_condition("E2EPrev", "True")
     k8s.set_condition("E2EPrevReady", "True")
-    k8s.apply(
+    previous = [
         k8s.matcher_policy(PREV_POLICIES[0], PREV_KEY, "E2EPrev"),
         k8s.policy(PREV_POLICIES[1], PREV_KEY + "-ready", readiness={"conditions": [{"type": "E2EPrevReady", "status": "True"}]}),
-    )
+    ]
+    for p in previous:
+        # written as a user of chart 0.1.0 wrote them: its CRD has no clearAfter
+        del p["spec"]["clearAfter"]
+    k8s.apply(*previous)
     wait_until(f"{PREV_KEY} on the node", lambda: k8s.has_taint(PREV_KEY), 30, 0.2)
     uids = {n: k8s.get("taintpolicy", n)["metadata"]["uid"] for n in PREV_POLICIES}
     yield {"release": rel, "uids": uids}
