@@ -1568,6 +1568,8 @@ def new_crd_file() -> dict:
 def bad_selector_dry_run() -> subprocess.CompletedProcess:
     pol = k8s.matcher_policy("e2e-prev-bad-selector", PREV_KEY + "-bad", "E2EPrevBad")
     pol["spec"]["nodeSelector"] = BAD_SELECTOR
+    # checked against chart 0.1.0's CRD too, which has no clearAfter
+    del pol["spec"]["clearAfter"]
     return kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(pol), check=False)
 
 
@@ -1702,6 +1704,9 @@ class TestUpgradeFromChart010:
             pol = k8s.get("taintpolicy", name)
             assert pol and pol["metadata"]["uid"] == uid, f"{name} is gone or was recreated"
         assert not missing, f"{PREV_KEY} missing in {len(missing)} samples during the upgrade"
+        # A policy written for 0.1.0 keeps its taints clearAfter (2m) after its
+        # condition clears; the new CRD takes the field that says otherwise.
+        kubectl("patch", "taintpolicy", PREV_POLICIES[0], "--type=merge", "-p", json.dumps({"spec": {"clearAfter": "0s"}}))
         k8s.set_condition("E2EPrev", "False")
         wait_until(f"{PREV_KEY} lifted by the new pods", lambda: not k8s.has_taint(PREV_KEY), 20, 0.2)
         # the new pods pass Pod Security "restricted" too (the namespace enforces it)

@@ -12,7 +12,8 @@
 //! taints and annotations one node should end with) → `cluster_plan` (every node,
 //! with the `maxTaintedNodes` cap and per-policy summaries). `drain` is how a
 //! policy with `spec.eviction` puts its NoExecute taints on in steps, and
-//! `out_of_service` keeps Kubernetes' out-of-service taint off running nodes.
+//! `out_of_service` keeps Kubernetes' out-of-service taint off running nodes;
+//! `wake` says when a node is looked at again.
 //!
 //! `admission` says whether a policy is refused and what warnings it gets (the
 //! validating webhook and `plan` ask it alike).
@@ -42,3 +43,4 @@ pub mod selector;
 pub mod short_str;
 pub mod taints;
 pub mod thin_str;
+pub mod wake;

@@ -28,9 +28,7 @@ use engine::{
     policy_set::PolicySet,
 };
 
-/// How soon a node whose zone holds its switch is looked at again: nothing about
-/// the node itself changes when other nodes of its zone heal.
-pub const ZONE_HELD_RECHECK: Duration = Duration::from_secs(10);
+pub use engine::wake::ZONE_HELD_RECHECK;
 
 /// What clearing the way found, per policy of the set.
 #[derive(Debug, Default)]

@@ -1,11 +1,9 @@
-//! Node reconcile: evaluate the node against every policy, write the one patch
-//! that converges it, explain each change with an event, and come back exactly
-//! when a `for` window ends.
+//! Node reconcile: decide (evaluate the node against every policy, plan it, and
+//! note what the plan waits for), write the one patch that converges it, explain
+//! each change with an event, and come back exactly when the first wait ends
+//! (`engine::wake`).
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -19,7 +17,7 @@ use crate::{
     controller::event_summary::{PolicyChange, TaintEvent},
     controller::node_drains::{self, GateKeeper},
     controller::node_queue::{Next, Work},
-    controller::node_writer::write_node,
+    controller::node_writer::{Decided, write_node},
     controller::shutdown_waits,
     telemetry::metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
 };
@@ -27,13 +25,12 @@ use engine::{
     decision::evaluate_node,
     node_plan::{Gates, NodePlan, TaintChange, UnknownPolicies, plan_node},
     policy_set::PolicySet,
+    wake::{Waits, next_look},
 };
 
 pub const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
 
-/// How soon a node held back by `maxTaintedNodes` is evaluated again: nothing else
-/// wakes it when another node heals and frees a place.
-pub const HELD_BACK_RECHECK: Duration = Duration::from_secs(10);
+pub use engine::wake::HELD_BACK_RECHECK;
 
 /// The node queue's reconcile: the node as the cache has it when a worker takes it.
 pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
@@ -163,49 +160,26 @@ pub async fn converge_node(ctx: &Context, set: &PolicySet, node: CachedNode) -> 
     result
 }
 
+/// One plan of the node, and what it found to wait for.
+struct Decision {
+    plan: NodePlan,
+    waits: Waits,
+}
+
+impl Decided for Decision {
+    fn plan(&self) -> &NodePlan {
+        &self.plan
+    }
+}
+
 async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Converged> {
     let now = (ctx.clock)();
     // Drains waiting for evictions evict first, so a plan can switch to NoExecute
     // in this very reconcile once the pods are gone.
     let clearing = node_drains::clear_the_way(ctx, set, &node, now).await;
-    let next_check = Mutex::new(None);
-    let held_back = Mutex::new(false);
-    let drain_wake = Mutex::new((None::<Timestamp>, false));
-    let awaiting_shutdown = Mutex::new(Vec::new());
-    let gate_waited = Mutex::new(false);
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
     let api: Api<WatchedNode> = Api::all(ctx.client.clone());
-    let replan = |n: &CachedNode| -> NodePlan {
-        let view = &n.view;
-        let pods = ctx.pods.read().expect("pod cache lock");
-        let eval = evaluate_node(set, view, pods.index(), now);
-        *next_check.lock().expect("next check lock") = eval.next_check;
-        let admitted = ctx
-            .caps
-            .lock()
-            .expect("cap ledger lock")
-            .admit(set, &eval, view, &ctx.nodes);
-        *held_back.lock().expect("held back lock") = admitted.contains(&false);
-        let keeper = GateKeeper::new(ctx, set, pods.index(), &clearing, now);
-        let plan = plan_node(
-            set,
-            view,
-            &eval,
-            Gates {
-                admitted: &|i| admitted[i],
-                drain: &|i| keeper.gate(i, view, &eval),
-            },
-            UnknownPolicies::Remove,
-            now,
-        );
-        *drain_wake.lock().expect("drain wake lock") = (keeper.wake.get(), keeper.zone_held.get());
-        *gate_waited.lock().expect("gate waited lock") = keeper.waited.get();
-        awaiting_shutdown
-            .lock()
-            .expect("awaiting shutdown lock")
-            .clone_from(&plan.awaiting_shutdown);
-        plan
-    };
+    let replan = |n: &CachedNode| decide(ctx, set, &clearing, n, now);
     // What the watch brings while the patch is on its way waits for its answer:
     // most of it is the patch's own echo (see `Context::write_done`).
     ctx.writing(node.name());
@@ -215,18 +189,16 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
         result
             .as_ref()
             .ok()
-            .and_then(Option::as_ref)
+            .and_then(|(_, written)| written.as_ref())
             .map(|w| (w.base_resource_version.as_str(), &w.node)),
     );
-    let written = result?;
+    let (decision, written) = result?;
     let final_node = written.as_ref().map_or(&node, |w| &w.node);
     shutdown_waits::announce(
         &ctx.shutdown_waits,
         node.name(),
         final_node.object_ref(),
-        &awaiting_shutdown
-            .into_inner()
-            .expect("awaiting shutdown lock"),
+        &decision.plan.awaiting_shutdown,
         |e, r| ctx.emit(e, r),
     );
     let final_version = final_node.resource_version().map(str::to_string);
@@ -246,46 +218,68 @@ async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Co
         ctx.pod_watches.reevaluate(wake);
     }
     let wrote = written.is_some();
-    // A drain this write started has pods to evict: that is the next reconcile's
-    // first job, whatever else wakes the node.
-    let drain_started = written
-        .as_ref()
-        .is_some_and(|w| !w.plan.drain_started.is_empty());
-    if let Some(w) = written {
-        report(ctx, &w.node, &w.plan);
-        node_drains::report(ctx, set, &w.node, &w.plan, &clearing);
+    if let Some(w) = &written {
+        report(ctx, &w.node, &decision.plan);
+        node_drains::report(ctx, set, &w.node, &decision.plan, &clearing);
     }
-    let mut next_check = next_check.into_inner().expect("next check lock");
-    if drain_started {
-        next_check = Some(now);
-    }
-    let mut soonest = |at: Timestamp| next_check = Some(next_check.map_or(at, |t| t.min(at)));
-    let after = |d: Duration| {
-        now.checked_add(k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or_default())
-            .unwrap_or(Timestamp::MAX)
-    };
-    if held_back.into_inner().expect("held back lock") {
-        soonest(after(HELD_BACK_RECHECK));
-    }
-    let (drain_at, zone_held) = drain_wake.into_inner().expect("drain wake lock");
-    if let Some(at) = drain_at {
-        soonest(at);
-    }
-    if zone_held {
-        soonest(after(node_drains::ZONE_HELD_RECHECK));
-    }
-    if let Some(retry) = clearing.retry {
-        soonest(after(retry));
-    }
-    let waits = next_check.is_some()
-        || gate_waited.into_inner().expect("gate waited lock")
-        || !clearing.is_idle();
-    let settled = (!waits).then(|| final_version.map(Box::from)).flatten();
+    let wake = next_look(
+        now,
+        Waits {
+            // A drain this write started has pods to evict: that is the next
+            // reconcile's first job, whatever else wakes the node.
+            drain_started: wrote && !decision.plan.drain_started.is_empty(),
+            eviction_retry: clearing.retry,
+            evicting: !clearing.is_idle(),
+            ..decision.waits
+        },
+    );
     Ok(Converged {
-        next_check,
+        next_check: wake.at,
         wrote,
-        settled,
+        settled: wake.settled.then(|| final_version.map(Box::from)).flatten(),
     })
+}
+
+/// Plans node `n` as it is now: its evaluation, the caps' and the drains' gates,
+/// and what each of them waits for.
+fn decide(
+    ctx: &Context,
+    set: &PolicySet,
+    clearing: &node_drains::Clearing,
+    n: &CachedNode,
+    now: Timestamp,
+) -> Decision {
+    let view = &n.view;
+    let pods = ctx.pods.read().expect("pod cache lock");
+    let eval = evaluate_node(set, view, pods.index(), now);
+    let admitted = ctx
+        .caps
+        .lock()
+        .expect("cap ledger lock")
+        .admit(set, &eval, view, &ctx.nodes);
+    let keeper = GateKeeper::new(ctx, set, pods.index(), clearing, now);
+    let plan = plan_node(
+        set,
+        view,
+        &eval,
+        Gates {
+            admitted: &|i| admitted[i],
+            drain: &|i| keeper.gate(i, view, &eval),
+        },
+        UnknownPolicies::Remove,
+        now,
+    );
+    Decision {
+        plan,
+        waits: Waits {
+            evaluation: eval.next_check,
+            held_back: admitted.contains(&false),
+            drain_at: keeper.wake.get(),
+            zone_held: keeper.zone_held.get(),
+            gate_waited: keeper.waited.get(),
+            ..Waits::default()
+        },
+    }
 }
 
 /// Counts, logs and explains a write: one event for what it added and one for what

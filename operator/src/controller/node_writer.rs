@@ -93,9 +93,20 @@ pub fn build_patch(current: &CachedNode, plan: &NodePlan) -> Option<Value> {
     Some(Value::Array(ops))
 }
 
-/// A write that happened: the plan applied, and the node as the API server returned it.
+/// What planning a node decided: the plan to write, with whatever else the
+/// planner worked out alongside it (when to look again).
+pub trait Decided {
+    fn plan(&self) -> &NodePlan;
+}
+
+impl Decided for NodePlan {
+    fn plan(&self) -> &NodePlan {
+        self
+    }
+}
+
+/// A write that happened: the node as the API server returned it.
 pub struct Written {
-    pub plan: NodePlan,
     pub node: CachedNode,
     /// The resourceVersion the write was guarded by (the node it changed).
     pub base_resource_version: String,
@@ -120,23 +131,24 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 }
 
 /// Plans against `node` with `replan` and writes the result, re-reading and
-/// re-planning on conflicts. Returns `None` when the node needs no change.
-pub async fn write_node(
+/// re-planning on conflicts. Returns the last decision, and the write (`None` when
+/// that decision changes nothing).
+pub async fn write_node<D: Decided>(
     api: &Api<WatchedNode>,
     metrics: &Metrics,
     fence: &WriteFence,
     mut node: CachedNode,
-    replan: impl Fn(&CachedNode) -> NodePlan,
-) -> Result<Option<Written>> {
+    replan: impl Fn(&CachedNode) -> D,
+) -> Result<(D, Option<Written>)> {
     let name = node.name().to_string();
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     };
     for attempt in 0..MAX_ATTEMPTS {
-        let plan = replan(&node);
-        let Some(patch) = build_patch(&node, &plan) else {
-            return Ok(None);
+        let decided = replan(&node);
+        let Some(patch) = build_patch(&node, decided.plan()) else {
+            return Ok((decided, None));
         };
         let patch: json_patch::Patch =
             serde_json::from_value(patch).expect("build_patch writes valid JSON patches");
@@ -154,11 +166,11 @@ pub async fn write_node(
             .observe(sent.elapsed().as_secs_f64());
         match answer {
             Ok(written) => {
-                return Ok(Some(Written {
-                    plan,
+                let written = Written {
                     node: written.node,
                     base_resource_version: node.resource_version().unwrap_or_default().to_string(),
-                }));
+                };
+                return Ok((decided, Some(written)));
             }
             Err(e) if is_conflict(&e) => {
                 metrics.node_write_conflicts.inc();
