@@ -13,7 +13,8 @@
 //! with the `maxTaintedNodes` cap and per-policy summaries). `drain` is how a
 //! policy with `spec.eviction` puts its NoExecute taints on in steps, and
 //! `out_of_service` keeps Kubernetes' out-of-service taint off running nodes;
-//! `wake` says when a node is looked at again.
+//! `node_decision` is the controller's plan of one node from its ledgers' answers,
+//! and `wake` says when that node is looked at again.
 //!
 //! `admission` says whether a policy is refused and what warnings it gets (the
 //! validating webhook and `plan` ask it alike).
@@ -33,6 +34,7 @@ pub mod eviction_rules;
 pub mod explain;
 pub mod invalid_spec;
 pub mod labels;
+pub mod node_decision;
 pub mod node_plan;
 pub mod out_of_service;
 pub mod ownership;

@@ -250,6 +250,66 @@ fn has_taint(taints: &[Taint], id: &str) -> bool {
     })
 }
 
+/// Which policies want their taints on `node` once the caps have answered, and
+/// which of them `maxTaintedNodes` held back (in policy order). Invalid and
+/// dry-run policies want nothing: they freeze what they own.
+fn wanted(
+    set: &PolicySet,
+    node: &NodeView,
+    eval: &dyn Evaluated,
+    admitted: &dyn Fn(usize) -> bool,
+) -> (Vec<bool>, Vec<usize>) {
+    let mut wants = vec![false; set.policies.len()];
+    let mut held = Vec::new();
+    for (i, p) in set.policies.iter().enumerate() {
+        if !p.is_active() {
+            continue;
+        }
+        let v = eval.verdict(i);
+        wants[i] = v.wants_taints();
+        if wants[i] && v.capped() && !carries(set, i, node) && !admitted(i) {
+            wants[i] = false;
+            held.push(i);
+        }
+    }
+    (wants, held)
+}
+
+/// Whether planning policy `i` on `node` asks its drain gate: the policy drains,
+/// wants its taints, has not switched yet, and the node is not clearing (it keeps
+/// what it has, and no drain starts or switches). Nor for out-of-service on a
+/// running node: its stand-in waits too, and pods evicted with nothing to keep
+/// them off would come straight back.
+fn asks_drain_gate(
+    set: &PolicySet,
+    node: &NodeView,
+    eval: &dyn Evaluated,
+    i: usize,
+    wants: bool,
+) -> bool {
+    wants
+        && set.policies[i].is_active()
+        && drain::drained_taints(set, i).next().is_some()
+        && drain::step(set, i, node) != DrainStep::Switched
+        && !eval.verdict(i).clearing
+        && !drain::drained_taints(set, i).any(|t| out_of_service::holds_back(&t.key, node))
+}
+
+/// The policies whose drain gate [`plan_node`] asks on `node`, given the caps'
+/// admissions: the gates a controller answers before it plans, so planning
+/// itself reads only data.
+pub fn drain_gates_asked(
+    set: &PolicySet,
+    node: &NodeView,
+    eval: &dyn Evaluated,
+    admitted: &dyn Fn(usize) -> bool,
+) -> Vec<usize> {
+    let (wants, _) = wanted(set, node, eval, admitted);
+    (0..set.policies.len())
+        .filter(|&i| asks_drain_gate(set, node, eval, i, wants[i]))
+        .collect()
+}
+
 fn draft<'a>(
     set: &PolicySet,
     node: &'a NodeView,
@@ -286,23 +346,14 @@ fn draft<'a>(
     }
 
     // Which active policies want their taints here, in policy order (the order of the notes).
-    let mut wants = vec![false; set.policies.len()];
-    for (i, p) in set.policies.iter().enumerate() {
-        // Invalid and dry-run policies freeze what they own; deleting ones are cleaned up below.
-        if !p.is_active() {
-            continue;
-        }
-        let v = eval.verdict(i);
-        wants[i] = v.wants_taints();
-        if wants[i] && v.capped() && !carries(set, i, node) && !(gates.admitted)(i) {
-            wants[i] = false;
-            plan.notes.push(format!(
-                "{}: held back by maxTaintedNodes ({})",
-                p.name,
-                eval.reason(i)
-            ));
-            plan.held.push(p.name.clone());
-        }
+    let (wants, held) = wanted(set, node, eval, gates.admitted);
+    for i in held {
+        let name = &set.policies[i].name;
+        plan.notes.push(format!(
+            "{name}: held back by maxTaintedNodes ({})",
+            eval.reason(i)
+        ));
+        plan.held.push(name.clone());
     }
 
     // Policies with `spec.eviction` put their NoExecute taints on in steps.
@@ -415,14 +466,8 @@ fn plan_drain(
     }
     let name = set.policies[i].name.as_str();
     let step = drain::step(set, i, plan.node);
-    // A clearing node keeps what it has: no drain starts or switches for it.
     let clearing = eval.verdict(i).clearing;
-    // Nor for out-of-service on a running node: its stand-in waits too, and pods
-    // evicted with nothing to keep them off would come straight back.
-    let awaits_shutdown = drained
-        .iter()
-        .any(|t| out_of_service::holds_back(&t.key, plan.node));
-    let gate = if wants && step != DrainStep::Switched && !clearing && !awaits_shutdown {
+    let gate = if asks_drain_gate(set, plan.node, eval, i, wants) {
         (gates.drain)(i)
     } else {
         DrainGate::default()

@@ -26,7 +26,7 @@ use taint_operator_engine::{
     cluster::{NodeView, PodIndex},
     decision::evaluate_node,
     drain::{self, DrainStep},
-    node_plan::{Gates, UnknownPolicies, plan_node},
+    node_plan::{Gates, UnknownPolicies, drain_gates_asked, plan_node},
     pace::Paces,
 };
 
@@ -215,7 +215,11 @@ proptest! {
                     let zone_state = || {
                         rules.zone_state(&drain::zone_health(&set, 0, zone, &views, &pods, clock), clock)
                     };
+                    // The controller answers these gates before it plans.
+                    let asked = drain_gates_asked(&set, view, &eval, &|_| true);
+                    let called = std::cell::RefCell::new(Vec::new());
                     let gate = |i: usize| {
+                        called.borrow_mut().push(i);
                         paces
                             .borrow_mut()
                             .gate(
@@ -236,6 +240,7 @@ proptest! {
                     };
                     let plan = plan_node(&set, view, &eval, gates, UnknownPolicies::Remove, clock);
                     paces.borrow_mut().settle(&view.name);
+                    assert_eq!(called.into_inner(), asked, "{}: planning asked other gates than drain_gates_asked", view.name);
                     plan
                 })
                 .collect();

@@ -275,10 +275,7 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         metrics.clone(),
         {
             let ctx = ctx.clone();
-            Arc::new(move || {
-                ctx.policies_synced
-                    .load(std::sync::atomic::Ordering::Acquire)
-            })
+            Arc::new(move || ctx.caches.policies_listed())
         },
         {
             let ctx = ctx.clone();
@@ -323,7 +320,10 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         changed_nodes_tx.clone(),
     ));
     tokio::spawn(sync_gate(ctx.clone(), synced_tx));
-    let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+    let queue = NodeQueue::new(
+        ctx.writes.activity().clone(),
+        ctx.metrics.node_queue_wait.clone(),
+    );
     tokio::spawn(feed_node_queue(
         ctx.clone(),
         queue.clone(),
@@ -356,10 +356,10 @@ pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {
         let shutdown = shutdown.clone();
         async move {
             tokio::select! {
-                _ = ctx.wait_plannable() => {}
+                _ = ctx.caches.wait_plannable() => {}
                 _ = shutdown.clone() => return,
             }
-            tracing::info!(nodes = ctx.nodes.len(), "node reconciles started");
+            tracing::info!(nodes = ctx.caches.nodes().len(), "node reconciles started");
             let closer = queue.clone();
             tokio::spawn(async move {
                 shutdown.await;
@@ -435,8 +435,8 @@ fn liveness(ctx: &Context, lease: Option<&LeaseHealth>, timing: Timing) -> Resul
         ));
     }
     for (watch, health) in [
-        ("node", &ctx.node_watch_health),
-        ("policy", &ctx.policy_watch_health),
+        ("node", &ctx.health.node_watch),
+        ("policy", &ctx.health.policy_watch),
     ] {
         if let Some(failing) = health.failing_for()
             && failing > WATCH_FAILING_LIMIT

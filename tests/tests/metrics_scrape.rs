@@ -215,9 +215,7 @@ async fn metrics_after_a_reconcile() -> Metrics {
             h.ctx
                 .metrics
                 .mark_registered(&["node".to_string(), "taintpolicy".to_string()]);
-            h.ctx
-                .policies_synced
-                .store(true, std::sync::atomic::Ordering::Release);
+            h.ctx.caches.mark_policies_listed();
             for (webhook, kind, object) in [
                 (
                     Webhook::Node,

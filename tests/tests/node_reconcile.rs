@@ -719,7 +719,7 @@ async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
     let n1 = served_node("n1").build();
     let (h, api) = harness(&[p], &[n1]);
     {
-        let mut pods = h.ctx.pods.write().unwrap();
+        let mut pods = h.ctx.caches.pods_mut();
         for p in [
             pod("kube-system", "istio-cni-b")
                 .on("n1")
@@ -769,9 +769,9 @@ async fn readiness_taint_names_the_critical_pod_that_is_not_ready() {
         },
         |h| async move {
             // converge_node is what reconcile_node runs once the pod watches have listed.
-            let set = h.ctx.policy_set();
+            let set = h.ctx.caches.policy_set();
             let n1 = (*h.node("n1")).clone();
-            taint_operator::controller::node_reconciler::converge_node(&h.ctx, &set, n1)
+            taint_operator::controller::node_reconciler::converge_node(&h.ctx, set, n1)
                 .await
                 .unwrap()
         },
@@ -989,7 +989,6 @@ async fn cold_start<B, BF>(
     BF: Future<Output = ()>,
 {
     use kube::runtime::watcher::Event;
-    use std::sync::atomic::Ordering;
     use taint_operator::{
         cache::node_cache::WatchedNode,
         controller::watches::{feed_node_queue, follow_nodes, sync_gate},
@@ -998,11 +997,11 @@ async fn cold_start<B, BF>(
     use tokio::sync::mpsc;
 
     let ctx = h.ctx.clone();
-    for node in ctx.nodes.names() {
-        ctx.nodes.delete(&node);
+    for node in ctx.caches.nodes().names() {
+        ctx.caches.nodes().delete(&node);
     }
     h.synced.send(false).unwrap();
-    ctx.policies_synced.store(true, Ordering::Release);
+    ctx.caches.mark_policies_listed();
     let gate = tokio::spawn(sync_gate(ctx.clone(), h.synced.clone()));
     let (queue, workers) = h.start_node_queue();
     let (watch_tx, watch_rx) = futures::channel::mpsc::unbounded();
@@ -1021,7 +1020,7 @@ async fn cold_start<B, BF>(
     between(ctx.clone()).await;
     send(Event::InitApply(WatchedNode::from_node(second)));
     send(Event::InitDone);
-    ctx.wait_synced().await;
+    ctx.caches.wait_synced().await;
     let done = ctx
         .metrics
         .reconciles
@@ -1062,7 +1061,7 @@ async fn a_cold_start_writes_a_node_before_the_node_list_is_done() {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 assert!(
-                    !*ctx.synced.borrow(),
+                    !ctx.caches.synced(),
                     "the sync gate opened before the list was done"
                 );
             })
@@ -1104,7 +1103,7 @@ async fn a_capped_policy_plans_no_node_before_the_node_list_is_done() {
             cold_start(h, &waiting, &holding, |ctx| async move {
                 // time for a reconcile of n1, were one allowed
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                assert!(ctx.nodes.get("n1").is_some());
+                assert!(ctx.caches.nodes().get("n1").is_some());
             })
             .await
         },
@@ -1262,8 +1261,8 @@ async fn the_echo_of_our_own_write_is_not_reconciled_again() {
                     .get_or_create(&ControllerLabel { controller: "node" });
                 // The write's answer, as the watch brings it back.
                 let echo = loop {
-                    let cached = ctx.nodes.get("n1").unwrap();
-                    let freshest = ctx.freshest(cached);
+                    let cached = ctx.caches.nodes().get("n1").unwrap();
+                    let freshest = ctx.writes.freshest(cached);
                     if freshest.resource_version() == Some("101") {
                         break (*freshest).clone();
                     }
@@ -1489,7 +1488,6 @@ async fn a_change_that_comes_while_the_write_is_on_its_way_is_reconciled_after_i
 async fn the_node_watch_keeps_the_node_cache() {
     use futures::channel::mpsc as events;
     use kube::runtime::watcher::Event;
-    use std::sync::atomic::Ordering;
     use taint_operator::{cache::node_cache::WatchedNode, controller::watches::follow_nodes};
     use tokio::sync::mpsc;
 
@@ -1515,16 +1513,18 @@ async fn the_node_watch_keeps_the_node_cache() {
             // Each listed node is cached and named as it comes, before the list is done.
             assert_eq!(touched.recv().await.unwrap(), "n1");
             assert_eq!(touched.recv().await.unwrap(), "n2");
-            assert!(ctx.nodes.get("n1").is_some() && ctx.nodes.get("n2").is_some());
-            assert!(!ctx.nodes_synced.load(Ordering::Acquire));
+            assert!(
+                ctx.caches.nodes().get("n1").is_some() && ctx.caches.nodes().get("n2").is_some()
+            );
+            assert!(!ctx.caches.nodes_listed());
             // Not gone until the list is done: it might still come.
-            assert!(ctx.nodes.get("stale").is_some());
+            assert!(ctx.caches.nodes().get("stale").is_some());
             send(Event::InitDone);
-            while !ctx.nodes_synced.load(Ordering::Acquire) {
+            while !ctx.caches.nodes_listed() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            assert!(ctx.nodes.get("stale").is_none());
-            assert_eq!(ctx.nodes.len(), 2);
+            assert!(ctx.caches.nodes().get("stale").is_none());
+            assert_eq!(ctx.caches.nodes().len(), 2);
             assert!(
                 touched.try_recv().is_err(),
                 "a list's end names no node again"
@@ -1532,14 +1532,14 @@ async fn the_node_watch_keeps_the_node_cache() {
 
             send(Event::Apply(node("n3")));
             assert_eq!(touched.recv().await.unwrap(), "n3");
-            assert!(ctx.nodes.get("n3").is_some());
+            assert!(ctx.caches.nodes().get("n3").is_some());
             assert_eq!(ctx.metrics.nodes_joined.get(), 1);
 
             send(Event::Delete(node("n2")));
             send(Event::Apply(node("n1")));
             assert_eq!(touched.recv().await.unwrap(), "n1");
-            assert!(ctx.nodes.get("n2").is_none());
-            assert_eq!(ctx.nodes.len(), 2);
+            assert!(ctx.caches.nodes().get("n2").is_none());
+            assert_eq!(ctx.caches.nodes().len(), 2);
             // n1 was known already: not a node joining.
             assert_eq!(ctx.metrics.nodes_joined.get(), 1);
 
@@ -1559,7 +1559,7 @@ async fn the_node_watch_keeps_the_node_cache() {
 async fn a_replica_past_its_renew_deadline_sends_no_patch() {
     let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
-    h.ctx.fence.close();
+    h.ctx.writes.fence().close();
     let metrics = h.metrics();
     scenario(
         h,
@@ -1586,7 +1586,7 @@ async fn a_replica_past_its_renew_deadline_sends_no_patch() {
 #[tokio::test]
 async fn a_resync_skips_a_node_whose_plan_inputs_have_not_changed() {
     use taint_operator::{
-        cache::node_cache::CachedNode, controller::context::Brought,
+        cache::node_cache::CachedNode, controller::write_tracking::Brought,
         telemetry::metrics::ControllerLabel,
     };
 
@@ -1626,7 +1626,7 @@ async fn a_resync_skips_a_node_whose_plan_inputs_have_not_changed() {
             let answer: k8s_openapi::api::core::v1::Node =
                 serde_json::from_value(answer_rx.await.unwrap()).unwrap();
             h.put_node(answer.clone());
-            assert_eq!(h.ctx.watch_brought(&h.node("n1")), Brought::OwnEcho);
+            assert_eq!(h.ctx.writes.watch_brought(&h.node("n1")), Brought::OwnEcho);
             reconcile_named(work(true), h.ctx.clone()).await;
             assert_eq!(planned(&h), 1, "the write's echo is settled too");
 
@@ -1643,9 +1643,8 @@ async fn a_resync_skips_a_node_whose_plan_inputs_have_not_changed() {
 
             // A pod came to the node.
             h.ctx
-                .pods
-                .write()
-                .unwrap()
+                .caches
+                .pods_mut()
                 .upsert(1, &pod("default", "web").on("n1").ready().build());
             reconcile_named(work(true), h.ctx.clone()).await;
             assert_eq!(planned(&h), 4);
@@ -1655,7 +1654,7 @@ async fn a_resync_skips_a_node_whose_plan_inputs_have_not_changed() {
             // A copy of the same version keeps the record; a version the watch
             // brings has none, even when it holds the same.
             let copy: CachedNode = (*h.node("n1")).clone();
-            h.ctx.nodes.apply(copy);
+            h.ctx.caches.nodes().apply(copy);
             reconcile_named(work(true), h.ctx.clone()).await;
             assert_eq!(planned(&h), 4);
             let mut again = answer;

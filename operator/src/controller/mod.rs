@@ -6,17 +6,24 @@
 //! reads the caches and writes.
 
 pub mod annotation_warnings;
+pub mod caches;
 pub mod cap_ledger;
 pub mod context;
 pub mod error;
 pub mod event_summary;
+pub mod events;
+pub mod health;
+pub mod ledgers;
 pub mod node_drains;
 pub mod node_events;
+pub mod node_gather;
 pub mod node_queue;
 pub mod node_reconciler;
+pub mod node_report;
 pub mod node_writer;
 pub mod policy_reconciler;
 pub mod policy_status;
 pub mod resync;
 pub mod shutdown_waits;
 pub mod watches;
+pub mod write_tracking;

@@ -1,6 +1,6 @@
 //! A node reconcile's part in drains (`spec.eviction`): evicting the pods in the
-//! way before the plan, opening each drain's gate while planning, and saying what
-//! happened afterwards. The node reconciler calls these three; the decisions are
+//! way before the plan, answering each drain's gate before planning, and saying
+//! what happened afterwards. The node reconciler calls these three; the decisions are
 //! the engine's (`engine::drain`), the pace and retries the drain ledger's.
 
 use std::{
@@ -16,13 +16,13 @@ use taint_operator_crd::PolicyTaint;
 
 use crate::{
     cache::node_cache::CachedNode,
-    controller::context::Context,
+    controller::{context::Context, node_gather::Gathered},
     drain::evictor::{self, Round},
 };
 use engine::{
     cluster::{NodeView, PodIndex},
-    decision::{NodeEvaluation, evaluate_node},
-    drain::{self, DrainGate, DrainStep, Wait},
+    decision::NodeEvaluation,
+    drain::{self, DrainStep, Gated},
     eviction_rules::ZoneState,
     node_plan::NodePlan,
     policy_set::PolicySet,
@@ -115,26 +115,22 @@ impl Zones {
     }
 }
 
-/// Evicts the pods in the way of every drain of `node` that waits for them. A
-/// failure to list the node's pods leaves the drains waiting (and retried), as a
-/// blocked eviction does: the rest of the node's plan goes ahead.
-pub async fn clear_the_way(
-    ctx: &Context,
-    set: &PolicySet,
-    node: &CachedNode,
-    now: Timestamp,
-) -> Clearing {
+/// Evicts the pods in the way of every drain of the gathered node that waits for
+/// them. A failure to list the node's pods leaves the drains waiting (and
+/// retried), as a blocked eviction does: the rest of the node's plan goes ahead.
+pub async fn clear_the_way(ctx: &Context, g: &Gathered<'_>) -> Clearing {
+    let (set, node, now) = (&*g.set, &g.node, g.now);
     let name = node.name();
     let zones = Zones::default();
     let waiting = {
-        let pods = ctx.pods.read().expect("pod cache lock");
-        let eval = evaluate_node(set, &node.view, pods.index(), now);
+        let eval = g.evaluate(&node.view);
+        let pods = g.pods();
         let mut waiting = waiting_for_evictions(set, &eval, &node.view, now);
         // A zone that is settling or held evicts nothing: its nodes only keep the
         // NoSchedule stand-in until it is judged healthy.
-        let nodes = OnceCell::new();
+        let fleet = OnceCell::new();
         waiting.retain(|&i| {
-            let all = || nodes.get_or_init(|| ctx.nodes.state()).as_slice();
+            let all = || fleet.get_or_init(|| g.fleet()).as_slice();
             zones.state(set, i, &node.view, all, pods.index(), now) == ZoneState::Open
         });
         waiting
@@ -145,19 +141,12 @@ pub async fn clear_the_way(
         ..Clearing::default()
     };
     if waiting.is_empty() {
-        ctx.drains
-            .lock()
-            .expect("drain ledger lock")
-            .evictions_done(name);
+        ctx.ledgers.drains().evictions_done(name);
         return clearing;
     }
     // Pods are still in the way from the last round: the node changed since, but the
     // next round keeps its backoff.
-    let due_in = ctx
-        .drains
-        .lock()
-        .expect("drain ledger lock")
-        .round_due_in(name, now);
+    let due_in = ctx.ledgers.drains().round_due_in(name, now);
     if let Some(wait) = due_in {
         clearing.retry = Some(wait);
         return clearing;
@@ -166,12 +155,7 @@ pub async fn clear_the_way(
         Ok(pods) => pods,
         Err(e) => {
             tracing::warn!(node = name, error = %e, "cannot list the node's pods to drain it; retrying");
-            clearing.retry = Some(
-                ctx.drains
-                    .lock()
-                    .expect("drain ledger lock")
-                    .evict_again_in(name, now),
-            );
+            clearing.retry = Some(ctx.ledgers.drains().evict_again_in(name, now));
             return clearing;
         }
     };
@@ -182,7 +166,7 @@ pub async fn clear_the_way(
         let round = evictor::evict(
             &ctx.client,
             &ctx.metrics,
-            &ctx.fence,
+            ctx.writes.fence(),
             policy,
             &taints,
             &pods,
@@ -196,7 +180,7 @@ pub async fn clear_the_way(
         clearing.evicted[i] = round.done();
         clearing.rounds.push((i, round));
     }
-    let mut ledger = ctx.drains.lock().expect("drain ledger lock");
+    let mut ledger = ctx.ledgers.drains();
     if clearing.rounds.iter().all(|(_, r)| r.done()) {
         ledger.evictions_done(name);
     } else {
@@ -209,11 +193,10 @@ pub async fn clear_the_way(
 /// budget, what the API server said.
 fn report_blocked(ctx: &Context, node: &CachedNode, policy: &str, round: &Round) {
     for b in &round.blocked {
-        let first = ctx.drains.lock().expect("drain ledger lock").first_block(
-            node.name(),
-            &b.pod,
-            &b.message,
-        );
+        let first = ctx
+            .ledgers
+            .drains()
+            .first_block(node.name(), &b.pod, &b.message);
         if !first {
             continue;
         }
@@ -229,89 +212,45 @@ fn report_blocked(ctx: &Context, node: &CachedNode, policy: &str, round: &Round)
             action: "Evict".into(),
             secondary: None,
         };
-        ctx.emit(event, node.object_ref());
+        ctx.events.emit(event, node.object_ref());
     }
 }
 
-/// Opens policy drain gates while a node is planned: the ledger's pace, the zone's
-/// health (read from every cached node only when a switch waits on nothing else),
-/// and what clearing the way found. Records what the closed gates wait for.
-pub struct GateKeeper<'a> {
-    ctx: &'a Context,
-    set: &'a PolicySet,
-    pods: &'a PodIndex,
-    clearing: &'a Clearing,
-    now: Timestamp,
-    nodes: OnceCell<Vec<Arc<CachedNode>>>,
-    /// The earliest moment a closed gate may open by itself.
-    pub wake: std::cell::Cell<Option<Timestamp>>,
-    /// A closed gate waits for the zone to heal.
-    pub zone_held: std::cell::Cell<bool>,
-    /// Some gate waits, for whatever reason (another node's drain, the pace, the zone).
-    pub waited: std::cell::Cell<bool>,
-}
-
-impl<'a> GateKeeper<'a> {
-    pub fn new(
-        ctx: &'a Context,
-        set: &'a PolicySet,
-        pods: &'a PodIndex,
-        clearing: &'a Clearing,
-        now: Timestamp,
-    ) -> Self {
-        GateKeeper {
-            ctx,
+/// The drain gates of policies `asked` on `node`, evaluated as `eval`, by policy
+/// index: the ledger's pace, the zone's health (read from every cached node only
+/// when a switch waits on nothing else), and what clearing the way found.
+pub fn gates(
+    ctx: &Context,
+    g: &Gathered<'_>,
+    clearing: &Clearing,
+    node: &NodeView,
+    eval: &NodeEvaluation,
+    asked: &[usize],
+) -> Vec<Option<Gated>> {
+    let set = &*g.set;
+    let mut gates = vec![None; set.policies.len()];
+    if asked.is_empty() {
+        return gates;
+    }
+    let pods = g.pods();
+    let fleet = OnceCell::new();
+    let all = || fleet.get_or_init(|| g.fleet()).as_slice();
+    let views = || all().iter().map(|n| &n.view).collect::<Vec<_>>();
+    let mut ledger = ctx.ledgers.drains();
+    for &i in asked {
+        let zone_state = || clearing.zones.state(set, i, node, all, pods.index(), g.now);
+        gates[i] = Some(ledger.gate(
             set,
-            pods,
-            clearing,
-            now,
-            nodes: OnceCell::new(),
-            wake: Default::default(),
-            zone_held: Default::default(),
-            waited: Default::default(),
-        }
-    }
-
-    fn cached(&self) -> &[Arc<CachedNode>] {
-        self.nodes.get_or_init(|| self.ctx.nodes.state())
-    }
-
-    fn nodes(&self) -> Vec<&NodeView> {
-        self.cached().iter().map(|n| &n.view).collect()
-    }
-
-    /// Policy `i`'s gate on `node`, evaluated as `eval`.
-    pub fn gate(&self, i: usize, node: &NodeView, eval: &NodeEvaluation) -> DrainGate {
-        if drain::rules_of(self.set, i).is_none() {
-            return DrainGate::default();
-        }
-        let zone_state = || {
-            let all = || self.cached();
-            (self.clearing.zones).state(self.set, i, node, all, self.pods, self.now)
-        };
-        let gated = self.ctx.drains.lock().expect("drain ledger lock").gate(
-            self.set,
             i,
             node,
             eval.policies[i].verdict(),
-            self.clearing.evicted(i),
+            clearing.evicted(i),
             &zone_state,
-            &|| self.nodes(),
-            self.now,
-        );
-        self.waited.set(self.waited.get() || gated.wait.is_some());
-        match gated.wait {
-            Some(Wait::ZoneHeld) => self.zone_held.set(true),
-            Some(w) => {
-                if let Some(at) = w.until() {
-                    self.wake
-                        .set(Some(self.wake.get().map_or(at, |t| t.min(at))));
-                }
-            }
-            None => {}
-        }
-        gated.gate
+            &views,
+            g.now,
+        ));
     }
+    gates
 }
 
 /// Events for the drains a write started and finished.
@@ -387,7 +326,7 @@ fn emit(ctx: &Context, node: &CachedNode, reason: &str, note: String) {
         action: "Drain".into(),
         secondary: None,
     };
-    ctx.emit(event, node.object_ref());
+    ctx.events.emit(event, node.object_ref());
 }
 
 fn describe<'t>(taints: impl Iterator<Item = &'t PolicyTaint>) -> String {

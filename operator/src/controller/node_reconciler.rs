@@ -1,7 +1,12 @@
-//! Node reconcile: decide (evaluate the node against every policy, plan it, and
-//! note what the plan waits for), write the one patch that converges it, explain
-//! each change with an event, and come back exactly when the first wait ends
-//! (`engine::wake`).
+//! Node reconcile, in three steps that read top to bottom:
+//!
+//! 1. **gather** (`node_gather`): the node, its policies, pods and the fleet as
+//!    one value; the ledgers' answers (caps, drain gates) before each plan;
+//! 2. **decide** (`engine::node_decision`, pure): the plan and what it waits for;
+//! 3. **write and report**: the drains' evictions first (`node_drains`), the one
+//!    optimistic-locked patch with its re-plan on conflict (`node_writer`), the
+//!    events and metrics (`node_report`), the settled record, and when to look
+//!    again (`engine::wake`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,16 +19,18 @@ use crate::{
     controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
-    controller::event_summary::{PolicyChange, TaintEvent},
-    controller::node_drains::{self, GateKeeper},
+    controller::node_drains,
+    controller::node_gather::{self, Gathered},
     controller::node_queue::{Next, Work},
-    controller::node_writer::{Decided, write_node},
-    controller::shutdown_waits,
-    telemetry::metrics::{ControllerLabel, ErrorLabels, PolicyLabel},
+    controller::node_report,
+    controller::node_writer::{Written, write_node},
+    telemetry::metrics::{ControllerLabel, ErrorLabels},
 };
 use engine::{
-    decision::evaluate_node,
-    node_plan::{Gates, NodePlan, TaintChange, UnknownPolicies, plan_node},
+    cluster::NodeView,
+    decision::NodeEvaluation,
+    node_decision::{Answers, Decision, decide},
+    node_plan::drain_gates_asked,
     policy_set::PolicySet,
     wake::{Waits, next_look},
 };
@@ -35,8 +42,8 @@ pub use engine::wake::HELD_BACK_RECHECK;
 /// The node queue's reconcile: the node as the cache has it when a worker takes it.
 pub async fn reconcile_named(work: Work, ctx: Arc<Context>) -> Next {
     // Deleted since it was queued: nothing to do.
-    let Some(node) = ctx.nodes.get(&work.node) else {
-        ctx.shutdown_waits.forget(&work.node);
+    let Some(node) = ctx.caches.nodes().get(&work.node) else {
+        ctx.ledgers.forget_node(&work.node);
         return Next::AwaitChange;
     };
     if work.by_resync && unchanged_since_settled(&ctx, node.clone()) {
@@ -75,30 +82,26 @@ pub async fn reconcile_node(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<
 /// Whether the node, its policies and its pods are what its last plan found nothing
 /// to do on: a resync of a converged fleet then costs a few lookups a node, not a plan.
 fn unchanged_since_settled(ctx: &Context, node: Arc<CachedNode>) -> bool {
-    let node = ctx.freshest(node);
-    let (generation, _) = ctx.policy_set_generation();
+    let node = ctx.writes.freshest(node);
+    let (generation, _) = ctx.caches.policy_set_generation();
     node.settled
-        .matches(ctx.plan_inputs(generation, node.name()))
+        .matches(ctx.caches.plan_inputs(generation, node.name()))
 }
 
 /// What to do next, and whether the node was written.
 async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bool)> {
-    ctx.wait_plannable().await;
-    let node = ctx.freshest(node);
-    let (generation, set) = ctx.policy_set_generation();
-    if !ctx.may_plan_with(&set) {
-        // A policy was just added: its critical pods are still being listed, or it
-        // counts across nodes while the node list is still coming in.
+    ctx.caches.wait_plannable().await;
+    let Some(g) = node_gather::gather(&ctx, node) else {
         return Ok((Next::After(Duration::from_millis(200)), false));
-    }
+    };
     let started = std::time::Instant::now();
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
-    warn_malformed(&ctx.malformed_reported, &node, |e, r| ctx.emit(e, r));
-    // Read before planning: a pod that changes meanwhile leaves a stale record.
-    let inputs = ctx.plan_inputs(generation, node.name());
-    let converged = converge_node(&ctx, &set, (*node).clone()).await?;
-    if let Some(version) = &converged.settled {
-        record_settled(&ctx, node.name(), version, inputs);
+    warn_malformed(ctx.events.malformed_reported(), &g.node, |e, r| {
+        ctx.events.emit(e, r)
+    });
+    let converged = converge_gathered(&ctx, &g).await?;
+    if let (Some(version), Some(inputs)) = (&converged.settled, g.inputs) {
+        record_settled(&ctx, g.node.name(), version, inputs);
     }
     ctx.metrics
         .reconcile_duration
@@ -126,10 +129,10 @@ pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
 /// Records, on the node version the cache (or our write) has now, that planning it
 /// found nothing to do: only when that is the `version` planned or written.
 fn record_settled(ctx: &Context, name: &str, version: &str, inputs: PlanInputs) {
-    let Some(cached) = ctx.nodes.get(name) else {
+    let Some(cached) = ctx.caches.nodes().get(name) else {
         return;
     };
-    let current = ctx.freshest(cached);
+    let current = ctx.writes.freshest(cached);
     if current.resource_version() == Some(version) {
         current.settled.record(inputs);
     }
@@ -149,188 +152,97 @@ pub struct Converged {
     pub settled: Option<Box<str>>,
 }
 
-/// Brings one node in line with `set`: at most one successful write (and, for a
-/// drain waiting on them, the evictions before it).
-pub async fn converge_node(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Converged> {
-    let name = node.name().to_string();
-    let result = converge(ctx, set, node).await;
+/// Brings `node` in line with `set` (a policy's cleanup plans under a set of its
+/// own); see `converge_gathered`.
+pub async fn converge_node(
+    ctx: &Context,
+    set: Arc<PolicySet>,
+    node: CachedNode,
+) -> Result<Converged> {
+    converge_gathered(ctx, &node_gather::with_set(ctx, set, node)).await
+}
+
+/// Brings the gathered node in line with its policies: at most one successful
+/// write (and, for a drain waiting on them, the evictions before it).
+async fn converge_gathered(ctx: &Context, g: &Gathered<'_>) -> Result<Converged> {
+    let result = converge(ctx, g).await;
     // Turns in a drain's pace this reconcile took are spent; those it holds but no
     // longer waits for go back.
-    ctx.drains.lock().expect("drain ledger lock").settle(&name);
+    ctx.ledgers.drains().settle(g.node.name());
     result
 }
 
-/// One plan of the node, and what it found to wait for.
-struct Decision {
-    plan: NodePlan,
-    waits: Waits,
-}
-
-impl Decided for Decision {
-    fn plan(&self) -> &NodePlan {
-        &self.plan
-    }
-}
-
-async fn converge(ctx: &Context, set: &PolicySet, node: CachedNode) -> Result<Converged> {
-    let now = (ctx.clock)();
+/// Gather is done; decide, write and report, and say when to look again.
+async fn converge(ctx: &Context, g: &Gathered<'_>) -> Result<Converged> {
     // Drains waiting for evictions evict first, so a plan can switch to NoExecute
     // in this very reconcile once the pods are gone.
-    let clearing = node_drains::clear_the_way(ctx, set, &node, now).await;
-    // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
-    let api: Api<WatchedNode> = Api::all(ctx.client.clone());
-    let replan = |n: &CachedNode| decide(ctx, set, &clearing, n, now);
-    // What the watch brings while the patch is on its way waits for its answer:
-    // most of it is the patch's own echo (see `Context::write_done`).
-    ctx.writing(node.name());
-    let result = write_node(&api, &ctx.metrics, &ctx.fence, node.clone(), replan).await;
-    ctx.write_done(
-        node.name(),
-        result
-            .as_ref()
-            .ok()
-            .and_then(|(_, written)| written.as_ref())
-            .map(|w| (w.base_resource_version.as_str(), &w.node)),
-    );
-    let (decision, written) = result?;
-    let final_node = written.as_ref().map_or(&node, |w| &w.node);
-    shutdown_waits::announce(
-        &ctx.shutdown_waits,
-        node.name(),
-        final_node.object_ref(),
-        &decision.plan.awaiting_shutdown,
-        |e, r| ctx.emit(e, r),
-    );
-    let final_version = final_node.resource_version().map(str::to_string);
-    // Only capped policies need the ledger (see `CapLedger::forget_uncapped`).
-    let capped = set.policies.iter().any(|p| {
-        p.rules
-            .as_ref()
-            .is_ok_and(|r| r.max_tainted_nodes.is_some())
-    });
-    if capped {
-        let wake =
-            ctx.caps
-                .lock()
-                .expect("cap ledger lock")
-                .observe(set, &node.view, &final_node.view);
-        // A place under a maxTaintedNodes cap freed up: the nodes waiting for one go now.
-        ctx.pod_watches.reevaluate(wake);
-    }
-    let wrote = written.is_some();
-    if let Some(w) = &written {
-        report(ctx, &w.node, &decision.plan);
-        node_drains::report(ctx, set, &w.node, &decision.plan, &clearing);
-    }
+    let clearing = node_drains::clear_the_way(ctx, g).await;
+    let plan = |n: &CachedNode| {
+        let eval = g.evaluate(&n.view);
+        let answers = answers(ctx, g, &clearing, &n.view, &eval);
+        decide(&g.set, &n.view, &eval, &answers, g.now)
+    };
+    let (decision, written) = write(ctx, &g.node, plan).await?;
+    let last = written.as_ref().map_or(&g.node, |w| &w.node);
+    node_report::report(ctx, g, last, &decision.plan, &clearing, written.is_some());
     let wake = next_look(
-        now,
+        g.now,
         Waits {
             // A drain this write started has pods to evict: that is the next
             // reconcile's first job, whatever else wakes the node.
-            drain_started: wrote && !decision.plan.drain_started.is_empty(),
+            drain_started: written.is_some() && !decision.plan.drain_started.is_empty(),
             eviction_retry: clearing.retry,
             evicting: !clearing.is_idle(),
             ..decision.waits
         },
     );
+    let version = last.resource_version().map(Box::from);
     Ok(Converged {
         next_check: wake.at,
-        wrote,
-        settled: wake.settled.then(|| final_version.map(Box::from)).flatten(),
+        wrote: written.is_some(),
+        settled: version.filter(|_| wake.settled),
     })
 }
 
-/// Plans node `n` as it is now: its evaluation, the caps' and the drains' gates,
-/// and what each of them waits for.
-fn decide(
+/// What the ledgers answer for `node` evaluated as `eval`: the caps' admissions,
+/// then the drain gates the plan will ask. Asking takes places: a cap reserves
+/// one for an admitted node, a pace a turn (given back at `settle` if unused).
+fn answers(
     ctx: &Context,
-    set: &PolicySet,
+    g: &Gathered<'_>,
     clearing: &node_drains::Clearing,
-    n: &CachedNode,
-    now: Timestamp,
-) -> Decision {
-    let view = &n.view;
-    let pods = ctx.pods.read().expect("pod cache lock");
-    let eval = evaluate_node(set, view, pods.index(), now);
+    node: &NodeView,
+    eval: &NodeEvaluation,
+) -> Answers {
     let admitted = ctx
-        .caps
-        .lock()
-        .expect("cap ledger lock")
-        .admit(set, &eval, view, &ctx.nodes);
-    let keeper = GateKeeper::new(ctx, set, pods.index(), clearing, now);
-    let plan = plan_node(
-        set,
-        view,
-        &eval,
-        Gates {
-            admitted: &|i| admitted[i],
-            drain: &|i| keeper.gate(i, view, &eval),
-        },
-        UnknownPolicies::Remove,
-        now,
-    );
-    Decision {
-        plan,
-        waits: Waits {
-            evaluation: eval.next_check,
-            held_back: admitted.contains(&false),
-            drain_at: keeper.wake.get(),
-            zone_held: keeper.zone_held.get(),
-            gate_waited: keeper.waited.get(),
-            ..Waits::default()
-        },
-    }
+        .ledgers
+        .caps()
+        .admit(&g.set, eval, node, ctx.caches.nodes());
+    let asked = drain_gates_asked(&g.set, node, eval, &|i| admitted[i]);
+    let drains = node_drains::gates(ctx, g, clearing, node, eval, &asked);
+    Answers { admitted, drains }
 }
 
-/// Counts, logs and explains a write: one event for what it added and one for what
-/// it removed, each naming every policy, taint and reason (a write usually changes
-/// one taint; a fleet-wide change must not cost an event per policy per node).
-fn report(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
-    let name = node.name();
-    for (changes, added) in [(&plan.added, true), (&plan.removed, false)] {
-        let mut explained = Vec::with_capacity(changes.len());
-        for change in changes {
-            let label = PolicyLabel {
-                policy: change.policy.clone(),
-            };
-            if added {
-                ctx.metrics.taints_added.get_or_create(&label).inc();
-            } else {
-                ctx.metrics.taints_removed.get_or_create(&label).inc();
-            }
-            let taint = describe(change);
-            let explanation = PolicyChange {
-                policy: change.policy.clone(),
-                what: format!("{} {taint}", if added { "added" } else { "removed" }),
-                why: change.reason.clone(),
-            };
-            tracing::info!(node = name, policy = %change.policy, taint = %taint, added, reason = %change.reason, "{}", explanation.note());
-            explained.push(explanation);
-        }
-        if explained.is_empty() {
-            continue;
-        }
-        ctx.emit_taints(TaintEvent {
-            node: node.object_ref(),
-            reason: if added { "TaintAdded" } else { "TaintRemoved" }.into(),
-            action: if added { "AddTaint" } else { "RemoveTaint" }.into(),
-            changes: explained,
-        });
+/// Writes what `decide` plans for `node` (again on a newer node after a conflict).
+/// What the watch brings while the patch is on its way waits for its answer: most
+/// of it is the patch's own echo (see `WriteTracking::write_done`).
+async fn write(
+    ctx: &Context,
+    node: &CachedNode,
+    decide: impl Fn(&CachedNode) -> Decision,
+) -> Result<(Decision, Option<Written>)> {
+    // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
+    let api: Api<WatchedNode> = Api::all(ctx.client.clone());
+    ctx.writes.writing(node.name());
+    let result = write_node(&api, &ctx.metrics, ctx.writes.fence(), node.clone(), decide).await;
+    let written = result.as_ref().ok().and_then(|(_, w)| w.as_ref());
+    let base_and_node = written.map(|w| (w.base_resource_version.as_str(), &w.node));
+    if ctx.writes.write_done(node.name(), base_and_node) {
+        ctx.caches
+            .pod_watches()
+            .reevaluate(vec![node.name().to_string()]);
     }
-    for policy in &plan.completed {
-        tracing::info!(node = name, policy = %policy, "bootstrap complete");
-    }
-}
-
-fn describe(c: &TaintChange) -> String {
-    let taint = match &c.value {
-        Some(v) => format!("{}={}:{}", c.key, v, c.effect.as_str()),
-        None => format!("{}:{}", c.key, c.effect.as_str()),
-    };
-    match c.then {
-        Some(then) => format!("{taint} (until the drain allows {})", then.as_str()),
-        None => taint,
-    }
+    result
 }
 
 /// How late a node is looked at again after the moment it waits for: a few

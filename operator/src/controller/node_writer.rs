@@ -34,7 +34,7 @@ use crate::{
     telemetry::metrics::Metrics,
     write_fence::WriteFence,
 };
-use engine::node_plan::NodePlan;
+use engine::{node_decision::Decision, node_plan::NodePlan};
 
 pub const MAX_ATTEMPTS: u32 = 6;
 
@@ -102,6 +102,12 @@ pub trait Decided {
 impl Decided for NodePlan {
     fn plan(&self) -> &NodePlan {
         self
+    }
+}
+
+impl Decided for Decision {
+    fn plan(&self) -> &NodePlan {
+        &self.plan
     }
 }
 

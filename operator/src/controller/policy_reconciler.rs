@@ -33,7 +33,7 @@ pub const CONTROLLER: ControllerLabel = ControllerLabel {
 const CLEANUP_CONCURRENCY: usize = 16;
 
 pub async fn reconcile_policy(policy: Arc<TaintPolicy>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.wait_synced().await;
+    ctx.caches.wait_synced().await;
     ctx.metrics.reconciles.get_or_create(&CONTROLLER).inc();
     let started = std::time::Instant::now();
     let name = policy.name_any();
@@ -98,16 +98,18 @@ async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
     }
     // Whatever is left (the watcher lags, or the node controller could not write):
     // judge with this policy marked as being deleted, and write it here.
-    let current = ctx.policy_set();
+    let current = ctx.caches.policy_set();
     let others = current.policies.iter().filter(|p| p.name != name).cloned();
-    let set = PolicySet::new(others.chain([CompiledPolicy::compile(policy)]));
+    let set = Arc::new(PolicySet::new(
+        others.chain([CompiledPolicy::compile(policy)]),
+    ));
     let nodes = nodes_mentioning(ctx, &name);
     if !nodes.is_empty() {
         tracing::info!(policy = %name, nodes = nodes.len(), "cleaning the remaining nodes");
     }
     let failures = stream::iter(nodes)
         .map(|n| {
-            let set = &set;
+            let set = set.clone();
             async move { converge_node(ctx, set, n).await }
         })
         .buffer_unordered(CLEANUP_CONCURRENCY)
@@ -125,7 +127,8 @@ async fn cleanup(ctx: &Context, policy: &TaintPolicy) -> Result<Action> {
 }
 
 fn count_mentioning(ctx: &Context, policy: &str) -> usize {
-    ctx.nodes
+    ctx.caches
+        .nodes()
         .state()
         .iter()
         .filter(|n| mentions(n, policy))
@@ -133,7 +136,8 @@ fn count_mentioning(ctx: &Context, policy: &str) -> usize {
 }
 
 fn nodes_mentioning(ctx: &Context, policy: &str) -> Vec<CachedNode> {
-    ctx.nodes
+    ctx.caches
+        .nodes()
         .state()
         .iter()
         .filter(|n| mentions(n, policy))
@@ -143,7 +147,8 @@ fn nodes_mentioning(ctx: &Context, policy: &str) -> Vec<CachedNode> {
 
 /// The compiled policy set knows the policy is being deleted (or has no such policy).
 fn deletion_seen(ctx: &Context, policy: &str) -> bool {
-    ctx.policy_set()
+    ctx.caches
+        .policy_set()
         .policies
         .iter()
         .find(|p| p.name == policy)

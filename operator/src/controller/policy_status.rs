@@ -89,7 +89,7 @@ pub async fn write_status(
     let name = policy.name_any();
     // A status is a write like a node's: a frozen leader that woke past its renew
     // deadline must not overwrite what its successor reported.
-    if !ctx.fence.is_open() {
+    if !ctx.writes.fence().is_open() {
         return Err(Error::NotLeading {
             object: format!("taintpolicy {name} status"),
         });
@@ -125,20 +125,20 @@ async fn warn_on_policy(ctx: &Context, policy: &TaintPolicy, summary: &PolicySum
         action: "Evaluate".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.publish(&event, &policy.object_ref(&())).await {
+    if let Err(e) = ctx.events.publish(&event, &policy.object_ref(&())).await {
         tracing::warn!(policy = %policy.name_any(), error = %e, "could not publish event");
     }
 }
 
 /// Recomputes every policy's summary from the caches and writes the statuses that changed.
 pub async fn refresh_all(ctx: &Context) -> Result<()> {
-    let set = ctx.policy_set();
+    let set = ctx.caches.policy_set();
     let started = std::time::Instant::now();
     let plan = {
         // The cached views as they are: a status run copies no node.
-        let cached = ctx.nodes.state();
+        let cached = ctx.caches.nodes().state();
         let nodes: Vec<&NodeView> = cached.iter().map(|n| &n.view).collect();
-        let pods = ctx.pods.read().expect("pod cache lock");
+        let pods = ctx.caches.pods();
         plan_cluster_refs(
             &set,
             &nodes,
@@ -155,7 +155,8 @@ pub async fn refresh_all(ctx: &Context) -> Result<()> {
     let mut to_write = Vec::with_capacity(plan.policies.len());
     for summary in &plan.policies {
         let Some(policy) = ctx
-            .policies
+            .caches
+            .policies()
             .state()
             .into_iter()
             .find(|p| p.name_any() == summary.name)
@@ -202,7 +203,7 @@ fn pause_after(took: Duration) -> Duration {
 /// Keeps statuses current: woken by reconciles, it waits a moment so a burst of
 /// node changes becomes one computation, and retries failed writes.
 pub async fn run_status_writer(ctx: Arc<Context>) {
-    ctx.wait_synced().await;
+    ctx.caches.wait_synced().await;
     let mut pause = MIN_PAUSE;
     loop {
         ctx.status_refresh.notified().await;

@@ -25,12 +25,18 @@ pub async fn resync_nodes(ctx: Arc<Context>, queue: Arc<NodeQueue>, interval: Du
     if interval.is_zero() {
         return;
     }
-    ctx.wait_synced().await;
+    ctx.caches.wait_synced().await;
     loop {
         tokio::time::sleep(jitter(interval, 0.1)).await;
         // Names, not nodes: a pass holding the nodes would keep every version it
         // outlives in memory until it ends.
-        let names: Vec<Box<str>> = ctx.nodes.state().iter().map(|n| n.name().into()).collect();
+        let names: Vec<Box<str>> = ctx
+            .caches
+            .nodes()
+            .state()
+            .iter()
+            .map(|n| n.name().into())
+            .collect();
         ctx.metrics.resyncs.inc();
         tracing::debug!(nodes = names.len(), "periodic resync");
         spread_pass(&queue, names, interval / 2).await;

@@ -2,7 +2,7 @@
 //! queue, policies into the compiled policy set, and the gate that opens once
 //! policies, nodes and the critical pods they need have all listed (node
 //! reconciles may start before the node list is done: see
-//! `Context::wait_plannable`).
+//! `Caches::wait_plannable`).
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -24,10 +24,7 @@ use crate::{
         node_cache::WatchedNode,
         watch::{RestartCounter, WatchBackoff, node_list_pages, relist_at_once},
     },
-    controller::{
-        context::{Brought, Context},
-        node_queue::NodeQueue,
-    },
+    controller::{context::Context, node_queue::NodeQueue, write_tracking::Brought},
 };
 use engine::policy_set::PolicySet;
 
@@ -42,7 +39,7 @@ pub async fn feed_node_queue(
         tokio::select! {
             Some(node) = changed.recv() => queue.touch(&node),
             Some(()) = all.recv() => {
-                for node in ctx.nodes.state() {
+                for node in ctx.caches.nodes().state() {
                     queue.touch(node.name());
                 }
             }
@@ -69,7 +66,7 @@ pub async fn drive_nodes(
 /// Every node goes into the node cache as it comes, a list's as much as a watch
 /// event's, and is queued only once the cache holds the version its event brought:
 /// a reconcile plans on what the cache has. So a cold start's first nodes are
-/// planned (see [`Context::wait_plannable`]) while the rest are still on the wire,
+/// planned (see [`crate::controller::caches::Caches::wait_plannable`]) while the rest are still on the wire,
 /// and after a relist (the API server restarted, or a watch expired with 410
 /// Gone) no node is planned on the version it had before. When a list is done,
 /// the cached nodes it did not bring are gone from the cluster and leave the cache.
@@ -79,7 +76,6 @@ pub async fn follow_nodes<S>(ctx: Arc<Context>, events: S, touched: mpsc::Unboun
 where
     S: Stream<Item = Result<Event<WatchedNode>, watcher::Error>> + Send,
 {
-    use std::sync::atomic::Ordering::{Acquire, Release};
     let mut stream = std::pin::pin!(events);
     // The cached nodes a list in progress has not brought (yet).
     let mut unlisted: HashSet<String> = HashSet::new();
@@ -89,12 +85,12 @@ where
     while let Some(event) = stream.next().await {
         restarts.observe(&ctx.metrics, &event);
         if event.is_ok() {
-            ctx.node_watch_health.delivered();
+            ctx.health.node_watch.delivered();
         }
         let node = match event {
             Ok(Event::Apply(n)) => {
                 // A node the cache has not seen, after the first list: a node joining.
-                if ctx.nodes_synced.load(Acquire) && ctx.nodes.get(n.node.name()).is_none() {
+                if ctx.caches.nodes_listed() && ctx.caches.nodes().get(n.node.name()).is_none() {
                     ctx.metrics.nodes_joined.inc();
                 }
                 n.node
@@ -106,23 +102,23 @@ where
             }
             // A deleted node needs nothing from us; the cap ledger forgets it by itself.
             Ok(Event::Delete(n)) => {
-                ctx.nodes.delete(n.node.name());
-                ctx.node_seen(n.node.name());
+                ctx.caches.nodes().delete(n.node.name());
+                ctx.writes.node_seen(n.node.name());
                 continue;
             }
             Ok(Event::Init) => {
-                unlisted = ctx.nodes.names();
+                unlisted = ctx.caches.nodes().names();
                 listed = 0;
                 list_started = std::time::Instant::now();
                 continue;
             }
             Ok(Event::InitDone) => {
                 for gone in std::mem::take(&mut unlisted) {
-                    ctx.nodes.delete(&gone);
-                    ctx.node_seen(&gone);
+                    ctx.caches.nodes().delete(&gone);
+                    ctx.writes.node_seen(&gone);
                 }
-                ctx.nodes.shrink_to_fit();
-                ctx.nodes_synced.store(true, Release);
+                ctx.caches.nodes().shrink_to_fit();
+                ctx.caches.mark_nodes_listed();
                 tracing::info!(
                     nodes = listed,
                     seconds = list_started.elapsed().as_secs_f64(),
@@ -132,16 +128,16 @@ where
             }
             Err(e) => {
                 tracing::warn!(error = %e, "node watch failed; retrying");
-                ctx.node_watch_health.failed();
+                ctx.health.node_watch.failed();
                 continue;
             }
         };
-        let node = ctx.nodes.apply(node);
-        if ctx.watch_brought(&node) != Brought::Change {
+        let node = ctx.caches.nodes().apply(node);
+        if ctx.writes.watch_brought(&node) != Brought::Change {
             continue;
         }
         let name = node.name().to_string();
-        ctx.node_seen(&name);
+        ctx.writes.node_seen(&name);
         if touched.send(name).is_err() {
             return;
         }
@@ -165,11 +161,11 @@ pub async fn watch_policies(
     while let Some(event) = stream.next().await {
         restarts.observe(&ctx.metrics, &event);
         if event.is_ok() {
-            ctx.policy_watch_health.delivered();
+            ctx.health.policy_watch.delivered();
         }
         match event {
             Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
-                let policies = ctx.policies.state();
+                let policies = ctx.caches.policies().state();
                 let mut signature: Vec<_> = policies
                     .iter()
                     .map(|p| {
@@ -186,27 +182,20 @@ pub async fn watch_policies(
                 }
                 last = Some(signature);
                 let set = PolicySet::from_resources(policies.iter().map(|p| p.as_ref()));
-                ctx.caps
-                    .lock()
-                    .expect("cap ledger lock")
-                    .forget_uncapped(&set);
-                ctx.drains
-                    .lock()
-                    .expect("drain ledger lock")
-                    .forget_gone(&set);
-                ctx.pod_watches.update(&set);
-                ctx.set_policy_set(set);
+                ctx.ledgers.caps().forget_uncapped(&set);
+                ctx.ledgers.drains().forget_gone(&set);
+                ctx.caches.pod_watches().update(&set);
+                ctx.caches.set_policy_set(set);
                 // Only now: node workers may start as soon as this says the
                 // policies are in, and must not plan on the empty set before.
-                ctx.policies_synced
-                    .store(true, std::sync::atomic::Ordering::Release);
+                ctx.caches.mark_policies_listed();
                 let _ = all_nodes.send(());
                 ctx.status_refresh.notify_one();
             }
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "policy watch failed; retrying");
-                ctx.policy_watch_health.failed();
+                ctx.health.policy_watch.failed();
             }
         }
     }
@@ -216,16 +205,18 @@ pub async fn watch_policies(
 /// (It reads flags set by our own watch tasks rather than awaiting the stores:
 /// a store's readiness wakes only one waiter.)
 pub async fn sync_gate(ctx: Arc<Context>, synced: watch::Sender<bool>) {
-    use std::sync::atomic::Ordering::Acquire;
-    while !(ctx.policies_synced.load(Acquire)
-        && ctx.nodes_synced.load(Acquire)
-        && ctx.pod_watches.synced_for(&ctx.policy_set()))
+    while !(ctx.caches.policies_listed()
+        && ctx.caches.nodes_listed()
+        && ctx
+            .caches
+            .pod_watches()
+            .synced_for(&ctx.caches.policy_set()))
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::info!(
-        nodes = ctx.nodes.state().len(),
-        policies = ctx.policies.state().len(),
+        nodes = ctx.caches.nodes().state().len(),
+        policies = ctx.caches.policies().state().len(),
         "caches synced"
     );
     crate::memory::release_free_memory();

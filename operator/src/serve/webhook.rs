@@ -4,11 +4,7 @@
 //! `/validate-taintpolicy` refuses a TaintPolicy the operator could not apply and
 //! warns about its impact.
 
-use std::{
-    net::SocketAddr,
-    path::PathBuf,
-    sync::{Arc, atomic::Ordering},
-};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use axum::{Json, Router, extract::State, routing::post};
 use serde_json::Value;
@@ -54,15 +50,19 @@ fn counted(
 /// A TaintPolicy review against the caches as they are: conflicts once the policy
 /// cache has listed, the impact once every cache has.
 fn review_policy(ctx: &Context, body: Value) -> Answer {
-    let policies: Option<Vec<TaintPolicy>> = ctx
-        .policies_synced
-        .load(Ordering::Acquire)
-        .then(|| ctx.policies.state().iter().map(|p| (**p).clone()).collect());
-    let synced = *ctx.synced.borrow();
-    let cached = synced.then(|| ctx.nodes.state());
+    let policies: Option<Vec<TaintPolicy>> = ctx.caches.policies_listed().then(|| {
+        ctx.caches
+            .policies()
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect()
+    });
+    let synced = ctx.caches.synced();
+    let cached = synced.then(|| ctx.caches.nodes().state());
     let views: Option<Vec<&NodeView>> =
         cached.as_ref().map(|c| c.iter().map(|n| &n.view).collect());
-    let pods = ctx.pods.read().expect("pod cache lock");
+    let pods = ctx.caches.pods();
     let cluster = Cluster {
         policies: policies.as_deref(),
         nodes: views.as_deref().map(|v| (v, pods.index())),
@@ -86,11 +86,7 @@ pub fn answer(ctx: &Context, webhook: Webhook, body: Value) -> Value {
     let (label, answer) = match webhook {
         Webhook::Node => (
             "node",
-            admission::node::review(
-                ctx.policies_synced.load(Ordering::Acquire),
-                &ctx.policy_set(),
-                body,
-            ),
+            admission::node::review(ctx.caches.policies_listed(), &ctx.caches.policy_set(), body),
         ),
         Webhook::TaintPolicy => ("taintpolicy", review_policy(ctx, body)),
     };

@@ -194,7 +194,10 @@ impl Harness {
     /// and await the handle to stop it.
     pub fn start_node_queue(&self) -> (Arc<NodeQueue>, tokio::task::JoinHandle<()>) {
         let ctx = self.ctx.clone();
-        let queue = NodeQueue::new(ctx.node_writes.clone(), ctx.metrics.node_queue_wait.clone());
+        let queue = NodeQueue::new(
+            ctx.writes.activity().clone(),
+            ctx.metrics.node_queue_wait.clone(),
+        );
         let workers = tokio::spawn(
             queue
                 .clone()
@@ -218,8 +221,8 @@ impl Harness {
 
     /// Compiles the policy set from the policy cache, as the policy watcher does.
     pub fn compile_policies(&self) {
-        let policies = self.ctx.policies.state();
-        self.ctx.set_policy_set(PolicySet::from_resources(
+        let policies = self.ctx.caches.policies().state();
+        self.ctx.caches.set_policy_set(PolicySet::from_resources(
             policies.iter().map(|p| p.as_ref()),
         ));
     }
@@ -227,14 +230,16 @@ impl Harness {
     /// The cached node, as the node controller hands it to `reconcile_node`.
     pub fn node(&self, name: &str) -> Arc<CachedNode> {
         self.ctx
-            .nodes
+            .caches
+            .nodes()
             .get(name)
             .unwrap_or_else(|| panic!("node {name} is not in the cache"))
     }
 
     pub fn policy(&self, name: &str) -> Arc<TaintPolicy> {
         self.ctx
-            .policies
+            .caches
+            .policies()
             .get(&ObjectRef::new(name))
             .unwrap_or_else(|| panic!("policy {name} is not in the cache"))
     }
