@@ -46,6 +46,14 @@ ci:
 chart-e2e:
     bash tests/chart/run-e2e.sh
 
+# The bare e2e suite once per set of Kubernetes binaries, one line per version: `just e2e-matrix /opt/k8s/1.32/env /opt/k8s/env` (each file exports KUBE_APISERVER_BIN and ETCD_BIN; see e2e/README.md).
+e2e-matrix +envs:
+    bash e2e/matrix.sh {{envs}}
+
+# kube-apiserver upgraded one minor version under the running operator: `just e2e-upgrade /opt/k8s/1.35/env /opt/k8s/bin/kube-apiserver`.
+e2e-upgrade env newer:
+    bash -c '. "{{env}}"; export KUBE_APISERVER_BIN ETCD_BIN; E2E_ONLY="kube-apiserver upgrade" E2E_UPGRADE_APISERVER_BIN="{{newer}}" bash e2e/run.sh'
+
 # The multi-node suite (e2e/real/test_multinode.py, and test_detectors.py with NPD_BIN) on 4 kubelets in zones a and b: drains, a zone hold, out-of-service, the leader's node powered off, node-problem-detector's conditions.
 e2e-multinode:
     E2E_NODES=4 E2E_ZONES=a,b bash e2e/real/run.sh

@@ -208,10 +208,25 @@ impl Harness {
     /// `control-plane.sh restart-apiserver` or `restart-etcd` on the suite's control
     /// plane: `which` is `apiserver` or `etcd`.
     pub async fn restart(&self, which: &str) -> Result {
+        self.restart_as(which, None).await
+    }
+
+    /// [`Harness::restart`] with `binary` instead of the one the suite started:
+    /// the same data and port, another version.
+    pub async fn restart_as(&self, which: &str, binary: Option<&std::path::Path>) -> Result {
         let Some(cp) = &self.control_plane else {
             crate::bail!("no control plane of the suite's own to restart");
         };
-        let out = tokio::process::Command::new("bash")
+        let mut command = tokio::process::Command::new("bash");
+        if let Some(binary) = binary {
+            let variable = match which {
+                "apiserver" => "KUBE_APISERVER_BIN",
+                "etcd" => "ETCD_BIN",
+                other => crate::bail!("no binary to swap for {other}"),
+            };
+            command.env(variable, binary);
+        }
+        let out = command
             .arg(&cp.script)
             .arg(format!("restart-{which}"))
             .arg(&cp.dir)

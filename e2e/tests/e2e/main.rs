@@ -21,6 +21,7 @@ mod restarts;
 mod secure_metrics;
 mod startup;
 mod throttling;
+mod upgrade;
 mod validation;
 mod webhook;
 
@@ -268,6 +269,10 @@ async fn suite() {
         )
         .await;
         s.run("etcd restarts", restarts::etcd_restarts(h)).await;
+        // 20b. kube-apiserver upgraded one minor version under the operator (with
+        // E2E_UPGRADE_APISERVER_BIN); the rest of the suite runs on the newer one
+        s.run("kube-apiserver upgrade", upgrade::apiserver_upgrade(h))
+            .await;
         s.run(
             "node writes throttled (429)",
             throttling::node_writes_throttled(h),

@@ -18,6 +18,11 @@ use crate::{
 };
 use engine::node_plan::{NodePlan, TaintChange};
 
+/// The target of the taint log lines, as before this module held them: log queries
+/// and the scale benchmark's write times (`e2e/src/bin/scale/write_times.rs`) select
+/// the lines by it.
+const LOG_TARGET: &str = "taint_operator::controller::node_reconciler";
+
 /// Reports the plan `plan` of the gathered node, which ended as `last` (the write's
 /// answer, or the node as gathered when nothing was written).
 pub fn report(
@@ -78,7 +83,7 @@ fn report_taints(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
                 what: format!("{} {taint}", if added { "added" } else { "removed" }),
                 why: change.reason.clone(),
             };
-            tracing::info!(node = name, policy = %change.policy, taint = %taint, added, reason = %change.reason, "{}", explanation.note());
+            tracing::info!(target: LOG_TARGET, node = name, policy = %change.policy, taint = %taint, added, reason = %change.reason, "{}", explanation.note());
             explained.push(explanation);
         }
         if explained.is_empty() {
@@ -92,7 +97,7 @@ fn report_taints(ctx: &Context, node: &CachedNode, plan: &NodePlan) {
         });
     }
     for policy in &plan.completed {
-        tracing::info!(node = name, policy = %policy, "bootstrap complete");
+        tracing::info!(target: LOG_TARGET, node = name, policy = %policy, "bootstrap complete");
     }
 }
 
