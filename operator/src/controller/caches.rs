@@ -90,6 +90,19 @@ impl Caches {
         *current = (current.0 + 1, Arc::new(set));
     }
 
+    /// What planning `node` reads from the caches besides the node: the policy set
+    /// and what the settled record keeps of it. `None` while a plan must wait: a
+    /// policy was just added and its critical pods are still being listed, or it
+    /// counts across nodes while the node list is still coming in.
+    pub fn plan_view(&self, node: &str) -> Option<(Arc<PolicySet>, PlanInputs)> {
+        let (generation, set) = self.policy_set_generation();
+        if !self.may_plan_with(&set) {
+            return None;
+        }
+        // Read before planning: a pod that changes meanwhile leaves a stale record.
+        Some((set, self.plan_inputs(generation, node)))
+    }
+
     /// What a plan of `node` under the policy set of generation `policies` reads
     /// besides the node.
     pub fn plan_inputs(&self, policies: u64, node: &str) -> PlanInputs {

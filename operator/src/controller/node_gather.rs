@@ -34,12 +34,7 @@ pub struct Gathered<'a> {
 /// counts across nodes while the node list is still coming in.
 pub fn gather<'a>(ctx: &'a Context, node: Arc<CachedNode>) -> Option<Gathered<'a>> {
     let node = ctx.writes.freshest(node);
-    let (generation, set) = ctx.caches.policy_set_generation();
-    if !ctx.caches.may_plan_with(&set) {
-        return None;
-    }
-    // Read before planning: a pod that changes meanwhile leaves a stale record.
-    let inputs = ctx.caches.plan_inputs(generation, node.name());
+    let (set, inputs) = ctx.caches.plan_view(node.name())?;
     let mut gathered = with_set(ctx, set, (*node).clone());
     gathered.inputs = Some(inputs);
     Some(gathered)
