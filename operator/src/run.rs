@@ -88,6 +88,10 @@ pub enum StartupError {
     )]
     CrdMissing,
     #[error(
+        "the API server does not take field selectors on TaintPolicies ({message}): taint-operator needs Kubernetes 1.32 or later and this version's CRD, with its selectableFields (`taint-operator crd | kubectl apply -f -`, or the helm chart)"
+    )]
+    SelectableFieldsMissing { message: String },
+    #[error(
         "the API server at {url} did not accept the credentials (401 Unauthorized): check the kubeconfig's user (token or client certificate)"
     )]
     Unauthorized { url: String },
@@ -152,13 +156,27 @@ pub async fn client_with(
     Ok((client, url))
 }
 
-/// Fails fast, with one clear line, when the CRD is missing or permissions are short.
-/// `url` is the API server's, for the message when it cannot be reached.
+/// A field selector on one of the CRD's `selectableFields`; any value does.
+pub const SELECTABLE_FIELD_PROBE: &str = "spec.mode=Continuous";
+
+/// Fails fast, with one clear line, when the CRD is missing, permissions are short,
+/// or the API server lacks what the CRD needs. `url` is the API server's, for the
+/// message when it cannot be reached.
+///
+/// The policies are listed with a field selector on one of the CRD's
+/// `selectableFields`: what `kubectl get tp --field-selector` relies on. An API
+/// server older than 1.32 (or a CRD applied to one, which dropped them) answers
+/// 400, so the feature is probed where it is used, not read from a version string.
 pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
     let one = ListParams::default().limit(1);
     let classify = |what: &str, e: kube::Error| match e {
         kube::Error::Api(s) if s.code == 404 && what.contains("taintpolicies") => {
             StartupError::CrdMissing
+        }
+        kube::Error::Api(s) if s.code == 400 && what.contains("taintpolicies") => {
+            StartupError::SelectableFieldsMissing {
+                message: one_line(&s.message),
+            }
         }
         kube::Error::Api(s) if s.code == 401 => StartupError::Unauthorized {
             url: url.to_string(),
@@ -173,7 +191,7 @@ pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
         },
     };
     Api::<TaintPolicy>::all(client.clone())
-        .list(&one)
+        .list(&one.clone().fields(SELECTABLE_FIELD_PROBE))
         .await
         .map_err(|e| classify("list taintpolicies.nodetaint.io", e))?;
     Api::<Node>::all(client.clone())

@@ -12,6 +12,8 @@ use taint_operator::run::{StartupError, preflight};
 const URL: &str = "https://api.example:6443";
 const POLICIES: &str = "/apis/nodetaint.io/v1alpha1/taintpolicies";
 const NODES: &str = "/api/v1/nodes";
+/// The policy list's query: one item, filtered on a selectable field (the probe).
+const PROBED: &str = "fieldSelector=spec.mode%3DContinuous&limit=1";
 
 /// A `metav1.Status` failure as kube-apiserver sends it.
 fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -47,7 +49,7 @@ fn one_line(e: &StartupError) -> String {
 #[tokio::test]
 async fn crd_missing_says_so_and_how_to_install_it() {
     let err = run_preflight(|mut api| async move {
-        api.expect(Method::GET, POLICIES, Some("limit=1"))
+        api.expect(Method::GET, POLICIES, Some(PROBED))
             .await
             .reply_status(&status(
                 404,
@@ -68,7 +70,7 @@ async fn crd_missing_says_so_and_how_to_install_it() {
 #[tokio::test]
 async fn rejected_credentials_name_the_server_and_the_kubeconfig_user() {
     let err = run_preflight(|mut api| async move {
-        api.expect(Method::GET, POLICIES, Some("limit=1"))
+        api.expect(Method::GET, POLICIES, Some(PROBED))
             .await
             .reply_status(&status(401, "Unauthorized", "Unauthorized"));
         api.no_more_requests().await;
@@ -85,7 +87,7 @@ async fn rejected_credentials_name_the_server_and_the_kubeconfig_user() {
 async fn forbidden_names_the_call_and_the_cluster_role() {
     let msg = r#"taintpolicies.nodetaint.io is forbidden: User "nobody" cannot list resource "taintpolicies" in API group "nodetaint.io" at the cluster scope"#;
     let err = run_preflight(move |mut api| async move {
-        api.expect(Method::GET, POLICIES, Some("limit=1"))
+        api.expect(Method::GET, POLICIES, Some(PROBED))
             .await
             .reply_status(&status(403, "Forbidden", msg));
         api.no_more_requests().await;
@@ -104,7 +106,7 @@ async fn forbidden_names_the_call_and_the_cluster_role() {
 async fn forbidden_nodes_after_policies_are_readable() {
     let msg = r#"nodes is forbidden: User "nobody" cannot list resource "nodes" in API group "" at the cluster scope"#;
     let err = run_preflight(move |mut api| async move {
-        api.expect(Method::GET, POLICIES, Some("limit=1"))
+        api.expect(Method::GET, POLICIES, Some(PROBED))
             .await
             .reply(200, &empty_list("TaintPolicyList", "nodetaint.io/v1alpha1"));
         api.expect(Method::GET, NODES, Some("limit=1"))
@@ -125,7 +127,7 @@ async fn forbidden_nodes_after_policies_are_readable() {
 #[tokio::test]
 async fn passes_with_both_lists_readable_in_two_requests() {
     run_preflight(|mut api| async move {
-        api.expect(Method::GET, POLICIES, Some("limit=1"))
+        api.expect(Method::GET, POLICIES, Some(PROBED))
             .await
             .reply(200, &empty_list("TaintPolicyList", "nodetaint.io/v1alpha1"));
         api.expect(Method::GET, NODES, Some("limit=1"))
@@ -135,4 +137,27 @@ async fn passes_with_both_lists_readable_in_two_requests() {
     })
     .await
     .expect("preflight passes");
+}
+
+/// An API server without CRD field selectors (before 1.32, or a CRD applied to one)
+/// answers the probe with 400: the start fails with what is needed, not half-runs.
+#[tokio::test]
+async fn a_server_without_selectable_fields_is_refused_at_start() {
+    let msg = r#"field label not supported: spec.mode"#;
+    let err = run_preflight(move |mut api| async move {
+        api.expect(Method::GET, POLICIES, Some(PROBED))
+            .await
+            .reply_status(&status(400, "BadRequest", msg));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect_err("400 on the probe fails the start");
+    assert!(
+        matches!(err, StartupError::SelectableFieldsMissing { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        one_line(&err),
+        "the API server does not take field selectors on TaintPolicies (field label not supported: spec.mode): taint-operator needs Kubernetes 1.32 or later and this version's CRD, with its selectableFields (`taint-operator crd | kubectl apply -f -`, or the helm chart)"
+    );
 }

@@ -206,9 +206,59 @@ pub async fn startup_errors(h: &Harness) -> Result {
             "CRD missing"
         );
         println!("CRD missing:     {line}");
+
+        // (b) The CRD without its selectableFields, as an API server before 1.32
+        // keeps it: the start-up probe refuses to half-run.
+        let admin = env
+            .get("KUBECONFIG")
+            .ok_or("KUBECONFIG missing in the second control plane's env")?;
+        let printed = Command::new(&bin).arg("crd").output().await?;
+        let mut crd: Yaml = serde_saphyr::from_str(&String::from_utf8_lossy(&printed.stdout))?;
+        crd["spec"]
+            .as_object_mut()
+            .ok_or("the printed CRD has no spec")?
+            .remove("selectableFields");
+        kubectl_apply(admin, &serde_json::to_string(&crd)?).await?;
+        let established = Command::new("kubectl")
+            .args(["--kubeconfig", admin, "wait", "--for=condition=Established"])
+            .args(["--timeout=60s", "crd/taintpolicies.nodetaint.io"])
+            .output()
+            .await?;
+        ensure!(established.status.success(), "the CRD did not become established");
+        let line = fails_with_one_line(&bin, Path::new(op_kc)).await?;
+        ensure!(
+            line.starts_with("error: the API server does not take field selectors on TaintPolicies (")
+                && line.contains("needs Kubernetes 1.32 or later"),
+            "CRD without selectableFields: {line:?}"
+        );
+        println!("no selectableFields: {line}");
         Ok(())
     }
     .await;
     drop(cp);
     outcome
+}
+
+/// `kubectl apply -f -` of `manifest` (JSON or YAML) with the kubeconfig `admin`.
+async fn kubectl_apply(admin: &str, manifest: &str) -> Result {
+    use tokio::io::AsyncWriteExt;
+    let mut child = Command::new("kubectl")
+        .args(["--kubeconfig", admin, "apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or("kubectl's stdin")?
+        .write_all(manifest.as_bytes())
+        .await?;
+    let out = child.wait_with_output().await?;
+    ensure!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
