@@ -194,8 +194,8 @@ def test_chart_metadata(chart):
     meta = chart.metadata
     assert meta["apiVersion"] == "v2"
     assert meta["name"] == "taint-operator"
-    assert meta["version"] == "0.3.0"
-    assert meta["appVersion"] == "0.3.0"
+    assert meta["version"] == "0.3.1"
+    assert meta["appVersion"] == "0.3.1"
     assert chart.schema is not None, "values.schema.json must ship with the chart"
 
 
@@ -268,7 +268,7 @@ def test_crd_is_the_generated_file_with_the_release_labels(default):
     labels = crd["metadata"]["labels"]
     assert labels["app.kubernetes.io/managed-by"] == "Helm"
     assert labels["app.kubernetes.io/instance"] == RELEASE
-    assert labels["helm.sh/chart"] == "taint-operator-0.3.0"
+    assert labels["helm.sh/chart"] == "taint-operator-0.3.1"
     # helm uninstall leaves it, and every TaintPolicy with it
     assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     assert "namespace" not in crd["metadata"]
@@ -321,7 +321,7 @@ def test_default_deployment(default):
     assert default.pod["serviceAccountName"] == FULLNAME
 
     c = default.container
-    assert c["image"] == "ghcr.io/taint-operator/taint-operator:0.3.0"
+    assert c["image"] == "ghcr.io/taint-operator/taint-operator:0.3.1"
     assert c["imagePullPolicy"] == "IfNotPresent"
     assert c["command"] == ["/usr/local/bin/taint-operator"]
     assert c["args"] == [
@@ -511,7 +511,7 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 def test_image_digest_alone(chart):
     r = render(chart, {"image": {"digest": DIGEST}})
     assert r.container["image"] == f"ghcr.io/taint-operator/taint-operator@{DIGEST}"
-    assert r.deployment["metadata"]["labels"]["app.kubernetes.io/version"] == "0.3.0"
+    assert r.deployment["metadata"]["labels"]["app.kubernetes.io/version"] == "0.3.1"
 
 
 def test_image_digest_with_tag(chart):

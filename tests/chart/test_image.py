@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 REAL_ARCHIVE = REPO / "target" / "image" / "taint-operator.tar"
 REAL_SBOM = REPO / "target" / "image" / "taint-operator.cdx.json"
-REF = "ghcr.io/taint-operator/taint-operator:0.3.0"
+REF = "ghcr.io/taint-operator/taint-operator:0.3.1"
 
 _spec = importlib.util.spec_from_file_location("check_image", REPO / "scripts" / "check-image.py")
 assert _spec and _spec.loader
