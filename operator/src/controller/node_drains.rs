@@ -16,7 +16,7 @@ use taint_operator_crd::PolicyTaint;
 
 use crate::{
     cache::node_cache::CachedNode,
-    controller::{context::Context, node_gather::Gathered},
+    controller::{context::Context, ledgers::Ledgers, node_gather::Gathered},
     drain::evictor::{self, Round},
 };
 use engine::{
@@ -220,7 +220,7 @@ fn report_blocked(ctx: &Context, node: &CachedNode, policy: &str, round: &Round)
 /// index: the ledger's pace, the zone's health (read from every cached node only
 /// when a switch waits on nothing else), and what clearing the way found.
 pub fn gates(
-    ctx: &Context,
+    ledgers: &Ledgers,
     g: &Gathered<'_>,
     clearing: &Clearing,
     node: &NodeView,
@@ -236,7 +236,7 @@ pub fn gates(
     let fleet = OnceCell::new();
     let all = || fleet.get_or_init(|| g.fleet()).as_slice();
     let views = || all().iter().map(|n| &n.view).collect::<Vec<_>>();
-    let mut ledger = ctx.ledgers.drains();
+    let mut ledger = ledgers.drains();
     for &i in asked {
         let zone_state = || clearing.zones.state(set, i, node, all, pods.index(), g.now);
         gates[i] = Some(ledger.gate(

@@ -219,7 +219,7 @@ fn answers(
         .caps()
         .admit(&g.set, eval, node, ctx.caches.nodes());
     let asked = drain_gates_asked(&g.set, node, eval, &|i| admitted[i]);
-    let drains = node_drains::gates(ctx, g, clearing, node, eval, &asked);
+    let drains = node_drains::gates(&ctx.ledgers, g, clearing, node, eval, &asked);
     Answers { admitted, drains }
 }
 
