@@ -225,6 +225,21 @@ pub async fn startup_errors(h: &Harness) -> Result {
             .output()
             .await?;
         ensure!(established.status.success(), "the CRD did not become established");
+        // Established comes before the API server serves the resource (429 "storage
+        // is (re)initializing" meanwhile): wait until it lists.
+        let mut listed = false;
+        for _ in 0..60 {
+            let list = Command::new("kubectl")
+                .args(["--kubeconfig", admin, "get", "taintpolicies", "-o", "name"])
+                .output()
+                .await?;
+            if list.status.success() {
+                listed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        ensure!(listed, "the TaintPolicies did not list within 30 s of the CRD's Established");
         let line = fails_with_one_line(&bin, Path::new(op_kc)).await?;
         ensure!(
             line.starts_with("error: the API server does not take field selectors on TaintPolicies (")
