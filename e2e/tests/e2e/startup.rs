@@ -214,10 +214,15 @@ pub async fn startup_errors(h: &Harness) -> Result {
             .ok_or("KUBECONFIG missing in the second control plane's env")?;
         let printed = Command::new(&bin).arg("crd").output().await?;
         let mut crd: Yaml = serde_saphyr::from_str(&String::from_utf8_lossy(&printed.stdout))?;
-        crd["spec"]
-            .as_object_mut()
-            .ok_or("the printed CRD has no spec")?
-            .remove("selectableFields");
+        let versions = crd["spec"]["versions"]
+            .as_array_mut()
+            .ok_or("the printed CRD has no spec.versions")?;
+        for version in versions {
+            let fields = version
+                .as_object_mut()
+                .and_then(|v| v.remove("selectableFields"));
+            ensure!(fields.is_some(), "a version of the printed CRD has no selectableFields");
+        }
         kubectl_apply(admin, &serde_json::to_string(&crd)?).await?;
         let established = Command::new("kubectl")
             .args(["--kubeconfig", admin, "wait", "--for=condition=Established"])
