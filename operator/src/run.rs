@@ -190,15 +190,41 @@ pub async fn preflight(client: &Client, url: &str) -> Result<(), StartupError> {
             message: describe(&other),
         },
     };
-    Api::<TaintPolicy>::all(client.clone())
-        .list(&one.clone().fields(SELECTABLE_FIELD_PROBE))
+    let policies = Api::<TaintPolicy>::all(client.clone());
+    let probe = one.clone().fields(SELECTABLE_FIELD_PROBE);
+    patiently(|| policies.list(&probe))
         .await
         .map_err(|e| classify("list taintpolicies.nodetaint.io", e))?;
-    Api::<Node>::all(client.clone())
-        .list(&one)
+    let nodes = Api::<Node>::all(client.clone());
+    patiently(|| nodes.list(&one))
         .await
         .map_err(|e| classify("list nodes", e))?;
     Ok(())
+}
+
+/// How long start-up waits out an API server not ready to serve a resource yet
+/// (429 or 503): a CRD installed in the same `helm install` is Established
+/// before its storage answers, and a pod started then would exit and restart.
+pub const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(20);
+
+/// `request`, asked again every second while the API server answers 429 or 503,
+/// for at most [`PREFLIGHT_PATIENCE`].
+async fn patiently<T, F, Fut>(request: F) -> Result<T, kube::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + PREFLIGHT_PATIENCE;
+    loop {
+        match request().await {
+            Err(kube::Error::Api(s))
+                if matches!(s.code, 429 | 503) && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            answer => return answer,
+        }
+    }
 }
 
 pub async fn run(cfg: RunConfig) -> Result<(), StartupError> {

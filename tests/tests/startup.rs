@@ -161,3 +161,49 @@ async fn a_server_without_selectable_fields_is_refused_at_start() {
         "the API server does not take field selectors on TaintPolicies (field label not supported: spec.mode): taint-operator needs Kubernetes 1.32 or later and this version's CRD, with its selectableFields (`taint-operator crd | kubectl apply -f -`, or the helm chart)"
     );
 }
+
+/// A CRD installed with the operator is Established before the API server serves
+/// its resource (429 "storage is (re)initializing"): the start waits it out.
+#[tokio::test(start_paused = true)]
+async fn storage_initializing_is_waited_out() {
+    run_preflight(|mut api| async move {
+        api.expect(Method::GET, POLICIES, Some(PROBED))
+            .await
+            .reply_status(&status(
+                429,
+                "TooManyRequests",
+                "storage is (re)initializing",
+            ));
+        api.expect(Method::GET, POLICIES, Some(PROBED))
+            .await
+            .reply(200, &empty_list("TaintPolicyList", "nodetaint.io/v1alpha1"));
+        api.expect(Method::GET, NODES, Some("limit=1"))
+            .await
+            .reply(200, &empty_list("NodeList", "v1"));
+        api.no_more_requests().await;
+    })
+    .await
+    .expect("preflight waits out a 429 and passes");
+}
+
+/// An API server that keeps answering 429 fails the start once the patience is spent.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_stays_unready_fails_the_start() {
+    let err = run_preflight(|mut api| async move {
+        let mut asked = 0;
+        while let Some(call) = api.try_next_call().await {
+            assert_eq!(call.path, POLICIES, "only the policy list is asked");
+            asked += 1;
+            call.reply_status(&status(
+                429,
+                "TooManyRequests",
+                "storage is (re)initializing",
+            ));
+        }
+        // once at once, then once a second for the 20 s of patience
+        assert!((20..=22).contains(&asked), "asked {asked} times");
+    })
+    .await
+    .expect_err("a server unready past the patience fails the start");
+    assert!(matches!(err, StartupError::Unreachable { .. }), "{err:?}");
+}
