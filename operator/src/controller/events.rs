@@ -51,10 +51,6 @@ impl Events {
         }
     }
 
-    pub fn reporter(&self) -> &Reporter {
-        &self.reporter
-    }
-
     pub fn malformed_reported(&self) -> &Reported {
         &self.malformed_reported
     }
