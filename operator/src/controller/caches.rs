@@ -20,6 +20,15 @@ use engine::policy_set::PolicySet;
 /// set and the pod watches have no single signal to wait on.
 const PLANNABLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// The caches as a node's plan reads them: the policy set with its generation, and
+/// the pod and node caches, read when the plan is made.
+pub struct PlanView {
+    pub generation: u64,
+    pub set: Arc<PolicySet>,
+    pub pods: Arc<RwLock<PodCache>>,
+    pub nodes: NodeStore,
+}
+
 pub struct Caches {
     nodes: NodeStore,
     policies: Store<TaintPolicy>,
@@ -90,17 +99,25 @@ impl Caches {
         *current = (current.0 + 1, Arc::new(set));
     }
 
-    /// What planning `node` reads from the caches besides the node: the policy set
-    /// and what the settled record keeps of it. `None` while a plan must wait: a
+    /// What planning a node reads from the caches besides the node, once it may be
+    /// planned (see [`Caches::wait_plannable`]). `None` while a plan must wait: a
     /// policy was just added and its critical pods are still being listed, or it
     /// counts across nodes while the node list is still coming in.
-    pub fn plan_view(&self, node: &str) -> Option<(Arc<PolicySet>, PlanInputs)> {
+    pub async fn plannable(&self) -> Option<PlanView> {
+        self.wait_plannable().await;
+        let view = self.view();
+        self.may_plan_with(&view.set).then_some(view)
+    }
+
+    /// The caches as a plan reads them now, whether or not every list is in.
+    pub fn view(&self) -> PlanView {
         let (generation, set) = self.policy_set_generation();
-        if !self.may_plan_with(&set) {
-            return None;
+        PlanView {
+            generation,
+            set,
+            pods: self.pods.clone(),
+            nodes: self.nodes.clone(),
         }
-        // Read before planning: a pod that changes meanwhile leaves a stale record.
-        Some((set, self.plan_inputs(generation, node)))
     }
 
     /// What a plan of `node` under the policy set of generation `policies` reads

@@ -17,6 +17,12 @@ use crate::controller::{
     node_events::{self, EventPace, EventQueue, PolicyRef, WriteActivity},
 };
 
+/// A node event of either kind a reconcile tells.
+pub enum NodeEvent {
+    Plain(Event, ObjectReference),
+    Taints(TaintEvent),
+}
+
 pub struct Events {
     client: Client,
     /// Who the events say they come from.
@@ -70,8 +76,18 @@ impl Events {
     }
 
     /// Queues a node's taint event; a burst of them is summarised per policy.
-    pub fn emit_taints(&self, event: TaintEvent) {
+    fn emit_taints(&self, event: TaintEvent) {
         self.queue.push_taints(event);
+    }
+
+    /// Queues what a node's reconcile tells, in order.
+    pub fn emit_all(&self, events: Vec<NodeEvent>) {
+        for event in events {
+            match event {
+                NodeEvent::Plain(event, reference) => self.emit(event, reference),
+                NodeEvent::Taints(event) => self.emit_taints(event),
+            }
+        }
     }
 
     /// Sends the queued node events now, waiting at most `limit` for them. False

@@ -1,7 +1,7 @@
 //! A node reconcile's part in drains (`spec.eviction`): evicting the pods in the
-//! way before the plan, answering each drain's gate before planning, and saying
-//! what happened afterwards. The node reconciler calls these three; the decisions are
-//! the engine's (`engine::drain`), the pace and retries the drain ledger's.
+//! way before the plan, and answering each drain's gate before planning. The node
+//! reconciler calls these two; the decisions are the engine's (`engine::drain`),
+//! the pace and retries the drain ledger's, and `node_report` tells what happened.
 
 use std::{
     cell::OnceCell,
@@ -11,20 +11,21 @@ use std::{
 };
 
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{Event, EventType};
 use taint_operator_crd::PolicyTaint;
 
 use crate::{
     cache::node_cache::CachedNode,
-    controller::{context::Context, ledgers::Ledgers, node_gather::Gathered},
-    drain::evictor::{self, Round},
+    controller::{context::Context, ledgers::Evictions, node_gather::Gathered},
+    drain::{
+        evictor::{self, Blocked, Round},
+        ledger::DrainLedger,
+    },
 };
 use engine::{
     cluster::{NodeView, PodIndex},
     decision::NodeEvaluation,
     drain::{self, DrainStep, Gated},
     eviction_rules::ZoneState,
-    node_plan::NodePlan,
     policy_set::PolicySet,
 };
 
@@ -37,8 +38,10 @@ pub struct Clearing {
     evicted: Vec<bool>,
     /// The rounds run, by policy index.
     rounds: Vec<(usize, Round)>,
-    /// When to evict again: pods are still in the way.
-    pub retry: Option<Duration>,
+    /// How the evictions stand: the ledger keeps the retries (`Ledgers::end`).
+    pub evictions: Evictions,
+    /// When the last round's backoff ends: nothing was tried this time.
+    pub backing_off: Option<Duration>,
     /// The zones read so far, for the gates of the same reconcile.
     zones: Zones,
 }
@@ -50,11 +53,18 @@ impl Clearing {
 
     /// Nothing was evicted or is waited for: no drain of the node is under way.
     pub fn is_idle(&self) -> bool {
-        self.rounds.is_empty() && self.retry.is_none()
+        self.rounds.is_empty() && self.evictions == Evictions::Done
     }
 
-    fn round(&self, i: usize) -> Option<&Round> {
+    pub fn round(&self, i: usize) -> Option<&Round> {
         self.rounds.iter().find(|(j, _)| *j == i).map(|(_, r)| r)
+    }
+
+    /// Every eviction a budget blocked, by policy index.
+    pub fn blocked(&self) -> impl Iterator<Item = (usize, &Blocked)> {
+        self.rounds
+            .iter()
+            .flat_map(|(i, r)| r.blocked.iter().map(move |b| (*i, b)))
     }
 }
 
@@ -118,14 +128,13 @@ impl Zones {
 /// Evicts the pods in the way of every drain of the gathered node that waits for
 /// them. A failure to list the node's pods leaves the drains waiting (and
 /// retried), as a blocked eviction does: the rest of the node's plan goes ahead.
-pub async fn clear_the_way(ctx: &Context, g: &Gathered<'_>) -> Clearing {
+pub async fn clear_the_way(ctx: &Context, g: &Gathered) -> Clearing {
     let (set, node, now) = (&*g.set, &g.node, g.now);
     let name = node.name();
     let zones = Zones::default();
     let waiting = {
-        let eval = g.evaluate(&node.view);
-        let pods = g.pods();
-        let mut waiting = waiting_for_evictions(set, &eval, &node.view, now);
+        let pods = g.pods.read().expect("pod cache lock");
+        let mut waiting = waiting_for_evictions(set, &g.eval, &node.view, now);
         // A zone that is settling or held evicts nothing: its nodes only keep the
         // NoSchedule stand-in until it is judged healthy.
         let fleet = OnceCell::new();
@@ -141,21 +150,21 @@ pub async fn clear_the_way(ctx: &Context, g: &Gathered<'_>) -> Clearing {
         ..Clearing::default()
     };
     if waiting.is_empty() {
-        ctx.ledgers.drains().evictions_done(name);
         return clearing;
     }
     // Pods are still in the way from the last round: the node changed since, but the
     // next round keeps its backoff.
     let due_in = ctx.ledgers.drains().round_due_in(name, now);
     if let Some(wait) = due_in {
-        clearing.retry = Some(wait);
+        clearing.evictions = Evictions::BackingOff;
+        clearing.backing_off = Some(wait);
         return clearing;
     }
     let pods = match evictor::pods_on(&ctx.client, name).await {
         Ok(pods) => pods,
         Err(e) => {
             tracing::warn!(node = name, error = %e, "cannot list the node's pods to drain it; retrying");
-            clearing.retry = Some(ctx.ledgers.drains().evict_again_in(name, now));
+            clearing.evictions = Evictions::PodsLeft;
             return clearing;
         }
     };
@@ -176,52 +185,21 @@ pub async fn clear_the_way(ctx: &Context, g: &Gathered<'_>) -> Clearing {
         for pod in &round.evicted {
             tracing::info!(node = name, policy, pod = %pod, "evicted for the drain");
         }
-        report_blocked(ctx, node, policy, &round);
         clearing.evicted[i] = round.done();
         clearing.rounds.push((i, round));
     }
-    let mut ledger = ctx.ledgers.drains();
-    if clearing.rounds.iter().all(|(_, r)| r.done()) {
-        ledger.evictions_done(name);
-    } else {
-        clearing.retry = Some(ledger.evict_again_in(name, now));
+    if !clearing.rounds.iter().all(|(_, r)| r.done()) {
+        clearing.evictions = Evictions::PodsLeft;
     }
     clearing
-}
-
-/// One Warning event per pod and refusal (not one per retry): which pod, which
-/// budget, what the API server said.
-fn report_blocked(ctx: &Context, node: &CachedNode, policy: &str, round: &Round) {
-    for b in &round.blocked {
-        let first = ctx
-            .ledgers
-            .drains()
-            .first_block(node.name(), &b.pod, &b.message);
-        if !first {
-            continue;
-        }
-        let budget = b.budget.as_deref().unwrap_or("(unnamed)");
-        tracing::warn!(node = node.name(), policy, pod = %b.pod, budget, message = %b.message, "eviction blocked by a PodDisruptionBudget; retrying");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "EvictionBlocked".into(),
-            note: Some(cut(format!(
-                "policy {policy}: eviction of pod {} blocked by PodDisruptionBudget {budget}: {}; the node stays NoSchedule and the eviction is retried",
-                b.pod, b.message
-            ))),
-            action: "Evict".into(),
-            secondary: None,
-        };
-        ctx.events.emit(event, node.object_ref());
-    }
 }
 
 /// The drain gates of policies `asked` on `node`, evaluated as `eval`, by policy
 /// index: the ledger's pace, the zone's health (read from every cached node only
 /// when a switch waits on nothing else), and what clearing the way found.
 pub fn gates(
-    ledgers: &Ledgers,
-    g: &Gathered<'_>,
+    ledger: &mut DrainLedger,
+    g: &Gathered,
     clearing: &Clearing,
     node: &NodeView,
     eval: &NodeEvaluation,
@@ -232,11 +210,10 @@ pub fn gates(
     if asked.is_empty() {
         return gates;
     }
-    let pods = g.pods();
+    let pods = g.pods.read().expect("pod cache lock");
     let fleet = OnceCell::new();
     let all = || fleet.get_or_init(|| g.fleet()).as_slice();
     let views = || all().iter().map(|n| &n.view).collect::<Vec<_>>();
-    let mut ledger = ledgers.drains();
     for &i in asked {
         let zone_state = || clearing.zones.state(set, i, node, all, pods.index(), g.now);
         gates[i] = Some(ledger.gate(
@@ -251,102 +228,4 @@ pub fn gates(
         ));
     }
     gates
-}
-
-/// Events for the drains a write started and finished.
-pub fn report(
-    ctx: &Context,
-    set: &PolicySet,
-    node: &CachedNode,
-    plan: &NodePlan,
-    clearing: &Clearing,
-) {
-    let name = node.name();
-    for policy in &plan.drain_started {
-        let Some(i) = set.index_of(policy) else {
-            continue;
-        };
-        let taints = describe(drain::drained_taints(set, i));
-        let how = match drain::rules_of(set, i) {
-            Some(r) if r.respect_budgets => {
-                "the pods that do not tolerate it are evicted through the Eviction API first"
-            }
-            _ => "nothing is evicted first (respectDisruptionBudgets: false)",
-        };
-        tracing::info!(node = name, policy = %policy, "drain started");
-        emit(
-            ctx,
-            node,
-            "DrainStarted",
-            format!(
-                "policy {policy} started draining the node before {taints} goes on as NoExecute (NoSchedule until then); {how}"
-            ),
-        );
-    }
-    for policy in &plan.drain_finished {
-        let Some(i) = set.index_of(policy) else {
-            continue;
-        };
-        let taints = describe(drain::drained_taints(set, i));
-        let rules = drain::rules_of(set, i);
-        let why = match (rules, clearing.round(i)) {
-            (Some(r), _) if !r.respect_budgets => {
-                "nothing evicted (respectDisruptionBudgets: false)".to_string()
-            }
-            (_, Some(r)) if r.done() => "every pod in the way was evicted".to_string(),
-            (_, Some(r)) => format!(
-                "drainTimeout passed with {} pod(s) still in the way ({})",
-                r.remaining.len(),
-                r.remaining.join(", ")
-            ),
-            // A drain that waits for evictions always runs a round, unless its
-            // timeout has passed.
-            (rules, None) => format!(
-                "drainTimeout {} passed",
-                rules
-                    .and_then(|r| r.drain_timeout_source.as_deref())
-                    .unwrap_or("")
-            ),
-        };
-        tracing::info!(node = name, policy = %policy, why = %why, "drain finished; switched to NoExecute");
-        emit(
-            ctx,
-            node,
-            "DrainFinished",
-            format!("policy {policy} switched {taints} to NoExecute: {why}"),
-        );
-    }
-}
-
-fn emit(ctx: &Context, node: &CachedNode, reason: &str, note: String) {
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.into(),
-        note: Some(cut(note)),
-        action: "Drain".into(),
-        secondary: None,
-    };
-    ctx.events.emit(event, node.object_ref());
-}
-
-fn describe<'t>(taints: impl Iterator<Item = &'t PolicyTaint>) -> String {
-    taints
-        .map(|t| match &t.value {
-            Some(v) => format!("{}={}", t.key, v),
-            None => t.key.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// An event note holds 1 kB.
-fn cut(note: String) -> String {
-    if note.len() <= 1000 {
-        return note;
-    }
-    let mut at = 997;
-    while !note.is_char_boundary(at) {
-        at -= 1;
-    }
-    format!("{}...", &note[..at])
 }

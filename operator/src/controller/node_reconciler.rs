@@ -15,21 +15,22 @@ use kube::Api;
 
 use crate::{
     cache::node_cache::{CachedNode, WatchedNode},
-    cache::settled::PlanInputs,
     controller::annotation_warnings::warn_malformed,
     controller::context::Context,
     controller::error::{Error, Result},
+    controller::ledgers::{Outcome, ReconcileEnd},
     controller::node_drains,
     controller::node_gather::{self, Gathered},
     controller::node_queue::{Next, Work},
     controller::node_report,
-    controller::node_writer::{Written, write_node},
+    controller::node_report::Ending,
+    controller::node_writer::write_node,
     telemetry::metrics::{ControllerLabel, ErrorLabels},
 };
 use engine::{
     cluster::NodeView,
     decision::NodeEvaluation,
-    node_decision::{Answers, Decision, decide},
+    node_decision::{Answers, decide},
     node_plan::drain_gates_asked,
     policy_set::PolicySet,
     wake::{Waits, next_look},
@@ -90,8 +91,7 @@ fn unchanged_since_settled(ctx: &Context, node: Arc<CachedNode>) -> bool {
 
 /// What to do next, and whether the node was written.
 async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bool)> {
-    ctx.caches.wait_plannable().await;
-    let Some(g) = node_gather::gather(&ctx, node) else {
+    let Some(g) = node_gather::gather(&ctx, node).await else {
         return Ok((Next::After(Duration::from_millis(200)), false));
     };
     let started = std::time::Instant::now();
@@ -99,10 +99,7 @@ async fn reconcile(node: Arc<CachedNode>, ctx: Arc<Context>) -> Result<(Next, bo
     warn_malformed(ctx.events.malformed_reported(), &g.node, |e, r| {
         ctx.events.emit(e, r)
     });
-    let converged = converge_gathered(&ctx, &g).await?;
-    if let (Some(version), Some(inputs)) = (&converged.settled, g.inputs) {
-        record_settled(&ctx, g.node.name(), version, inputs);
-    }
+    let converged = converge(&ctx, &g).await?;
     ctx.metrics
         .reconcile_duration
         .get_or_create(&CONTROLLER)
@@ -126,18 +123,6 @@ pub fn error_policy(node: &str, error: &Error, ctx: &Context) -> Next {
     Next::Retry
 }
 
-/// Records, on the node version the cache (or our write) has now, that planning it
-/// found nothing to do: only when that is the `version` planned or written.
-fn record_settled(ctx: &Context, name: &str, version: &str, inputs: PlanInputs) {
-    let Some(cached) = ctx.caches.nodes().get(name) else {
-        return;
-    };
-    let current = ctx.writes.freshest(cached);
-    if current.resource_version() == Some(version) {
-        current.settled.record(inputs);
-    }
-}
-
 /// What converging one node did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Converged {
@@ -146,61 +131,88 @@ pub struct Converged {
     pub next_check: Option<Timestamp>,
     /// A patch was written.
     pub wrote: bool,
-    /// The resourceVersion of the node as planned (or as written) when nothing is
-    /// left to do and nothing waits: planning it again on the same policies and
-    /// pods would change nothing.
-    pub settled: Option<Box<str>>,
 }
 
 /// Brings `node` in line with `set` (a policy's cleanup plans under a set of its
-/// own); see `converge_gathered`.
+/// own); see `converge`.
 pub async fn converge_node(
     ctx: &Context,
     set: Arc<PolicySet>,
     node: CachedNode,
 ) -> Result<Converged> {
-    converge_gathered(ctx, &node_gather::with_set(ctx, set, node)).await
+    converge(ctx, &node_gather::with_set(ctx, set, node)).await
 }
 
-/// Brings the gathered node in line with its policies: at most one successful
-/// write (and, for a drain waiting on them, the evictions before it).
-async fn converge_gathered(ctx: &Context, g: &Gathered<'_>) -> Result<Converged> {
-    let result = converge(ctx, g).await;
-    // Turns in a drain's pace this reconcile took are spent; those it holds but no
-    // longer waits for go back.
-    ctx.ledgers.drains().settle(g.node.name());
-    result
-}
-
-/// Gather is done; decide, write and report, and say when to look again.
-async fn converge(ctx: &Context, g: &Gathered<'_>) -> Result<Converged> {
+/// Gather is done; decide and write (at most one successful write, and for a
+/// drain waiting on them the evictions before it), then end the reconcile in the
+/// ledgers and the write tracking, report, and say when to look again.
+async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
     // Drains waiting for evictions evict first, so a plan can switch to NoExecute
     // in this very reconcile once the pods are gone.
     let clearing = node_drains::clear_the_way(ctx, g).await;
     let plan = |n: &CachedNode| {
-        let eval = g.evaluate(&n.view);
+        let eval = g.evaluation_of(n);
         let answers = answers(ctx, g, &clearing, &n.view, &eval);
         decide(&g.set, &n.view, &eval, &answers, g.now)
     };
-    let (decision, written) = write(ctx, &g.node, plan).await?;
-    let last = written.as_ref().map_or(&g.node, |w| &w.node);
-    node_report::report(ctx, g, last, &decision.plan, &clearing, written.is_some());
-    let wake = next_look(
-        g.now,
-        Waits {
-            // A drain this write started has pods to evict: that is the next
-            // reconcile's first job, whatever else wakes the node.
-            drain_started: written.is_some() && !decision.plan.drain_started.is_empty(),
-            eviction_retry: clearing.retry,
-            evicting: !clearing.is_idle(),
-            ..decision.waits
+    // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
+    let api: Api<WatchedNode> = Api::all(ctx.client.clone());
+    let result = write_node(&api, &ctx.metrics, ctx.writes.fence(), g.node.clone(), plan).await;
+    let done = result.as_ref().ok();
+    let written = done.and_then(|(_, w)| w.as_ref());
+    let last = written.map_or(&g.node, |w| &w.node);
+    let told = ctx.ledgers.end(ReconcileEnd {
+        node: g.node.name(),
+        now: g.now,
+        evictions: clearing.evictions,
+        blocked: clearing
+            .blocked()
+            .map(|(_, b)| (b.pod.as_str(), b.message.as_str()))
+            .collect(),
+        outcome: done.map(|(decision, _)| Outcome {
+            set: &g.set,
+            before: &g.node.view,
+            after: &last.view,
+            awaiting_shutdown: &decision.plan.awaiting_shutdown,
+        }),
+    });
+    let wake = done.map(|(decision, _)| {
+        next_look(
+            g.now,
+            Waits {
+                // A drain this write started has pods to evict: that is the next
+                // reconcile's first job, whatever else wakes the node.
+                drain_started: written.is_some() && !decision.plan.drain_started.is_empty(),
+                eviction_retry: clearing.backing_off.or(told.evict_again_in),
+                evicting: !clearing.is_idle(),
+                ..decision.waits
+            },
+        )
+    });
+    // Planning the last version again on the same policies and pods would change nothing.
+    let settled = match (&wake, g.inputs, last.resource_version()) {
+        (Some(w), Some(inputs), Some(version)) if w.settled => Some((version, inputs)),
+        _ => None,
+    };
+    let base_and_node = written.map(|w| (w.base_resource_version.as_str(), &w.node));
+    let requeue = ctx.writes.end(g.node.name(), base_and_node, settled);
+    node_report::report(
+        ctx,
+        Ending {
+            set: &g.set,
+            last,
+            plan: done.map(|(decision, _)| &decision.plan),
+            wrote: written.is_some(),
+            clearing: &clearing,
+            told: &told,
+            requeue,
         },
     );
-    let version = last.resource_version().map(Box::from);
+    let wrote = written.is_some();
+    result?;
     Ok(Converged {
-        next_check: wake.at,
-        wrote: written.is_some(),
-        settled: version.filter(|_| wake.settled),
+        next_check: wake.and_then(|w| w.at),
+        wrote,
     })
 }
 
@@ -209,40 +221,16 @@ async fn converge(ctx: &Context, g: &Gathered<'_>) -> Result<Converged> {
 /// one for an admitted node, a pace a turn (given back at `settle` if unused).
 fn answers(
     ctx: &Context,
-    g: &Gathered<'_>,
+    g: &Gathered,
     clearing: &node_drains::Clearing,
     node: &NodeView,
     eval: &NodeEvaluation,
 ) -> Answers {
-    let admitted = ctx
-        .ledgers
-        .caps()
-        .admit(&g.set, eval, node, ctx.caches.nodes());
+    let mut ledgers = ctx.ledgers.ask();
+    let admitted = ledgers.caps.admit(&g.set, eval, node, &g.nodes);
     let asked = drain_gates_asked(&g.set, node, eval, &|i| admitted[i]);
-    let drains = node_drains::gates(&ctx.ledgers, g, clearing, node, eval, &asked);
+    let drains = node_drains::gates(&mut ledgers.drains, g, clearing, node, eval, &asked);
     Answers { admitted, drains }
-}
-
-/// Writes what `decide` plans for `node` (again on a newer node after a conflict).
-/// What the watch brings while the patch is on its way waits for its answer: most
-/// of it is the patch's own echo (see `WriteTracking::write_done`).
-async fn write(
-    ctx: &Context,
-    node: &CachedNode,
-    decide: impl Fn(&CachedNode) -> Decision,
-) -> Result<(Decision, Option<Written>)> {
-    // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
-    let api: Api<WatchedNode> = Api::all(ctx.client.clone());
-    ctx.writes.writing(node.name());
-    let result = write_node(&api, &ctx.metrics, ctx.writes.fence(), node.clone(), decide).await;
-    let written = result.as_ref().ok().and_then(|(_, w)| w.as_ref());
-    let base_and_node = written.map(|w| (w.base_resource_version.as_str(), &w.node));
-    if ctx.writes.write_done(node.name(), base_and_node) {
-        ctx.caches
-            .pod_watches()
-            .reevaluate(vec![node.name().to_string()]);
-    }
-    result
 }
 
 /// How late a node is looked at again after the moment it waits for: a few

@@ -7,7 +7,6 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 
 /// Node name → the policies whose out-of-service taint waits on it, as announced.
@@ -49,21 +48,6 @@ pub fn waiting_event(policies: &[String]) -> Event {
         )),
         action: "AddTaint".into(),
         secondary: None,
-    }
-}
-
-/// Announces on `node` the policies that began waiting on it.
-pub fn announce(
-    waits: &ShutdownWaits,
-    node: &str,
-    reference: ObjectReference,
-    waiting: &[String],
-    emit: impl FnOnce(Event, ObjectReference),
-) {
-    let new = waits.newly_waiting(node, waiting);
-    if !new.is_empty() {
-        tracing::info!(node, policies = ?new, "out-of-service waits until the node is down");
-        emit(waiting_event(&new), reference);
     }
 }
 
