@@ -1559,7 +1559,7 @@ async fn the_node_watch_keeps_the_node_cache() {
 async fn a_replica_past_its_renew_deadline_sends_no_patch() {
     let n1 = served_node("n1").condition(NIC, "Kaput").build();
     let (h, api) = harness(&[nic_policy()], &[n1]);
-    h.ctx.writes.fence().close();
+    h.ctx.fence.close();
     let metrics = h.metrics();
     scenario(
         h,

@@ -534,7 +534,7 @@ async fn a_replica_past_its_renew_deadline_writes_no_status() {
     let p = two_taint_policy().build();
     let nodes = [broken_and_tainted("alpha")];
     let (h, api) = harness(std::slice::from_ref(&p), &nodes);
-    h.ctx.writes.fence().close();
+    h.ctx.fence.close();
     let metrics = h.metrics();
     scenario(
         h,

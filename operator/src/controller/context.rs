@@ -1,8 +1,9 @@
 //! What every reconcile shares, in parts by what they hold: the caches of the
 //! cluster (`caches`), the ledgers of decisions that span nodes (`ledgers`), the
-//! writes in flight and the write fence (`write_tracking`), the watches' health
-//! (`health`) and the events on their way out (`events`); besides them the
-//! client, the metrics, the clock and the status writer's wake-up.
+//! reconciles and writes in flight (`write_tracking`), the watches' health
+//! (`health`) and the events on their way out (`events`); besides them what
+//! every write needs (the client and the write fence), the metrics, the clock
+//! and the status writer's wake-up.
 
 use std::{sync::Arc, time::Duration};
 
@@ -32,6 +33,9 @@ use crate::{
 
 pub struct Context {
     pub client: Client,
+    /// Until when this replica may write (moved by the leader election): every
+    /// node patch, eviction and status write asks it.
+    pub fence: WriteFence,
     pub caches: Caches,
     pub ledgers: Ledgers,
     pub writes: WriteTracking,
@@ -109,11 +113,7 @@ impl Context {
             controller: FIELD_MANAGER.to_string(),
             instance: options.reporter_instance,
         };
-        let writes = WriteTracking::new(
-            nodes.clone(),
-            options.fence,
-            metrics.node_echoes_skipped.clone(),
-        );
+        let writes = WriteTracking::new(nodes.clone(), metrics.node_echoes_skipped.clone());
         let events = Events::start(
             client.clone(),
             reporter,
@@ -129,6 +129,7 @@ impl Context {
             health: Health::default(),
             events,
             client,
+            fence: options.fence,
             metrics,
             status_refresh: Notify::new(),
             clock: Timestamp::now,

@@ -175,7 +175,7 @@ pub async fn clear_the_way(ctx: &Context, g: &Gathered) -> Clearing {
         let round = evictor::evict(
             &ctx.client,
             &ctx.metrics,
-            ctx.writes.fence(),
+            &ctx.fence,
             policy,
             &taints,
             &pods,

@@ -157,7 +157,7 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
     };
     // Patch answers are whole Nodes (images and all): decode only what the cache keeps.
     let api: Api<WatchedNode> = Api::all(ctx.client.clone());
-    let result = write_node(&api, &ctx.metrics, ctx.writes.fence(), g.node.clone(), plan).await;
+    let result = write_node(&api, &ctx.metrics, &ctx.fence, g.node.clone(), plan).await;
     let done = result.as_ref().ok();
     let written = done.and_then(|(_, w)| w.as_ref());
     let last = written.map_or(&g.node, |w| &w.node);

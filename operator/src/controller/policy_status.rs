@@ -89,7 +89,7 @@ pub async fn write_status(
     let name = policy.name_any();
     // A status is a write like a node's: a frozen leader that woke past its renew
     // deadline must not overwrite what its successor reported.
-    if !ctx.writes.fence().is_open() {
+    if !ctx.fence.is_open() {
         return Err(Error::NotLeading {
             object: format!("taintpolicy {name} status"),
         });

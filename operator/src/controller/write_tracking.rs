@@ -1,7 +1,6 @@
 //! Node reconciles under way and writes just done, so that the node watch's echo
 //! of our own write costs no second reconcile and a reconcile never plans on the
-//! version a write of ours replaced; the settled records a reconcile leaves; and
-//! the fence that says whether this replica may write at all.
+//! version a write of ours replaced; and the settled records a reconcile leaves.
 //!
 //! A reconcile brackets its node: [`WriteTracking::begin`] gives it the freshest
 //! version to plan on, [`WriteTracking::end`] takes what it wrote and whether it
@@ -17,7 +16,6 @@ use prometheus_client::metrics::counter::Counter;
 use crate::{
     cache::{node_cache::CachedNode, node_store::NodeStore, settled::PlanInputs},
     controller::node_events::WriteActivity,
-    write_fence::WriteFence,
 };
 
 pub struct WriteTracking {
@@ -31,8 +29,6 @@ pub struct WriteTracking {
     in_flight: Mutex<HashMap<String, InFlight>>,
     /// Nodes queued for or in a reconcile: node events wait for them (see `node_events`).
     activity: Arc<WriteActivity>,
-    /// Until when this replica may write (moved by the leader election).
-    fence: WriteFence,
     nodes: NodeStore,
     echoes_skipped: Counter,
 }
@@ -58,19 +54,14 @@ pub enum Brought {
 }
 
 impl WriteTracking {
-    pub fn new(nodes: NodeStore, fence: WriteFence, echoes_skipped: Counter) -> Self {
+    pub fn new(nodes: NodeStore, echoes_skipped: Counter) -> Self {
         WriteTracking {
             recent_writes: Mutex::default(),
             in_flight: Mutex::default(),
             activity: Arc::new(WriteActivity::default()),
-            fence,
             nodes,
             echoes_skipped,
         }
-    }
-
-    pub fn fence(&self) -> &WriteFence {
-        &self.fence
     }
 
     pub fn activity(&self) -> &Arc<WriteActivity> {
@@ -239,7 +230,7 @@ mod tests {
 
     fn tracking() -> (WriteTracking, NodeStore) {
         let nodes = NodeStore::default();
-        let t = WriteTracking::new(nodes.clone(), WriteFence::closed(), Counter::default());
+        let t = WriteTracking::new(nodes.clone(), Counter::default());
         (t, nodes)
     }
 
