@@ -1,5 +1,6 @@
 //! What every reconcile shares, in parts by what they hold: the caches of the
-//! cluster (`caches`), the ledgers of decisions that span nodes (`ledgers`), the
+//! cluster (`caches`), the ledgers of decisions that span nodes (`ledgers`), each
+//! node's eviction retries (`evictions`), the
 //! reconciles and writes in flight (`write_tracking`), the watches' health
 //! (`health`) and the events on their way out (`events`); besides them what
 //! every write needs (the client and the write fence), the metrics, the clock
@@ -27,6 +28,7 @@ use crate::{
     controller::ledgers::Ledgers,
     controller::node_events::{self, EventPace},
     controller::write_tracking::WriteTracking,
+    drain::retries::EvictionRetries,
     telemetry::metrics::Metrics,
     write_fence::WriteFence,
 };
@@ -38,6 +40,7 @@ pub struct Context {
     pub fence: WriteFence,
     pub caches: Caches,
     pub ledgers: Ledgers,
+    pub evictions: EvictionRetries,
     pub writes: WriteTracking,
     pub health: Health,
     pub events: Events,
@@ -125,6 +128,7 @@ impl Context {
         Context {
             caches: Caches::new(nodes, policies, pod_watches, synced),
             ledgers: Ledgers::default(),
+            evictions: EvictionRetries::default(),
             writes,
             health: Health::default(),
             events,

@@ -15,10 +15,11 @@ use taint_operator_crd::PolicyTaint;
 
 use crate::{
     cache::node_cache::CachedNode,
-    controller::{context::Context, ledgers::Evictions, node_gather::Gathered},
+    controller::{context::Context, node_gather::Gathered},
     drain::{
         evictor::{self, Blocked, Round},
         ledger::DrainLedger,
+        retries::Evictions,
     },
 };
 use engine::{
@@ -38,7 +39,7 @@ pub struct Clearing {
     evicted: Vec<bool>,
     /// The rounds run, by policy index.
     rounds: Vec<(usize, Round)>,
-    /// How the evictions stand: the ledger keeps the retries (`Ledgers::end`).
+    /// How the evictions stand, for the retries (`EvictionRetries::end`).
     pub evictions: Evictions,
     /// When the last round's backoff ends: nothing was tried this time.
     pub backing_off: Option<Duration>,
@@ -154,7 +155,7 @@ pub async fn clear_the_way(ctx: &Context, g: &Gathered) -> Clearing {
     }
     // Pods are still in the way from the last round: the node changed since, but the
     // next round keeps its backoff.
-    let due_in = ctx.ledgers.drains().round_due_in(name, now);
+    let due_in = ctx.evictions.due_in(name, now);
     if let Some(wait) = due_in {
         clearing.evictions = Evictions::BackingOff;
         clearing.backing_off = Some(wait);

@@ -161,14 +161,15 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
     let done = result.as_ref().ok();
     let written = done.and_then(|(_, w)| w.as_ref());
     let last = written.map_or(&g.node, |w| &w.node);
+    let blocked: Vec<_> = clearing
+        .blocked()
+        .map(|(_, b)| (b.pod.as_str(), b.message.as_str()))
+        .collect();
+    let rounds = ctx
+        .evictions
+        .end(g.node.name(), g.now, clearing.evictions, &blocked);
     let told = ctx.ledgers.end(ReconcileEnd {
         node: g.node.name(),
-        now: g.now,
-        evictions: clearing.evictions,
-        blocked: clearing
-            .blocked()
-            .map(|(_, b)| (b.pod.as_str(), b.message.as_str()))
-            .collect(),
         outcome: done.map(|(decision, _)| Outcome {
             set: &g.set,
             before: &g.node.view,
@@ -183,7 +184,7 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
                 // A drain this write started has pods to evict: that is the next
                 // reconcile's first job, whatever else wakes the node.
                 drain_started: written.is_some() && !decision.plan.drain_started.is_empty(),
-                eviction_retry: clearing.backing_off.or(told.evict_again_in),
+                eviction_retry: clearing.backing_off.or(rounds.evict_again_in),
                 evicting: !clearing.is_idle(),
                 ..decision.waits
             },
@@ -205,6 +206,7 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
             wrote: written.is_some(),
             clearing: &clearing,
             told: &told,
+            first_blocks: &rounds.first_blocks,
             requeue,
         },
     );

@@ -42,6 +42,8 @@ pub struct Ending<'a> {
     pub wrote: bool,
     pub clearing: &'a Clearing,
     pub told: &'a Told,
+    /// For each of the clearing's blocked evictions: reported for the first time.
+    pub first_blocks: &'a [bool],
     /// The watch brought the node meanwhile: queue it again.
     pub requeue: bool,
 }
@@ -49,7 +51,7 @@ pub struct Ending<'a> {
 pub fn report(ctx: &Context, end: Ending<'_>) {
     let node = end.last;
     let mut events = Vec::new();
-    for (first, (i, b)) in end.told.first_blocks.iter().zip(end.clearing.blocked()) {
+    for (first, (i, b)) in end.first_blocks.iter().zip(end.clearing.blocked()) {
         if *first {
             events.push(blocked(node, &end.set.policies[i].name, b));
         }
