@@ -30,10 +30,10 @@ use crate::{
 use engine::{
     cluster::NodeView,
     decision::NodeEvaluation,
-    node_decision::{Answers, decide},
+    node_decision::{Answers, Decision, decide},
     node_plan::drain_gates_asked,
     policy_set::PolicySet,
-    wake::{Waits, next_look},
+    wake::{Waits, Wake, next_look},
 };
 
 pub const CONTROLLER: ControllerLabel = ControllerLabel { controller: "node" };
@@ -161,13 +161,12 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
     let done = result.as_ref().ok();
     let written = done.and_then(|(_, w)| w.as_ref());
     let last = written.map_or(&g.node, |w| &w.node);
-    let blocked: Vec<_> = clearing
+    let blocked = clearing
         .blocked()
-        .map(|(_, b)| (b.pod.as_str(), b.message.as_str()))
-        .collect();
+        .map(|(_, b)| (b.pod.as_str(), b.message.as_str()));
     let rounds = ctx
         .evictions
-        .end(g.node.name(), g.now, clearing.evictions, &blocked);
+        .end(g.node.name(), g.now, clearing.evictions, blocked);
     let told = ctx.ledgers.end(ReconcileEnd {
         node: g.node.name(),
         outcome: done.map(|(decision, _)| Outcome {
@@ -177,19 +176,8 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
             awaiting_shutdown: &decision.plan.awaiting_shutdown,
         }),
     });
-    let wake = done.map(|(decision, _)| {
-        next_look(
-            g.now,
-            Waits {
-                // A drain this write started has pods to evict: that is the next
-                // reconcile's first job, whatever else wakes the node.
-                drain_started: written.is_some() && !decision.plan.drain_started.is_empty(),
-                eviction_retry: clearing.backing_off.or(rounds.evict_again_in),
-                evicting: !clearing.is_idle(),
-                ..decision.waits
-            },
-        )
-    });
+    let retry = clearing.backing_off.or(rounds.evict_again_in);
+    let wake = done.map(|(d, _)| wake(g, &clearing, d, written.is_some(), retry));
     // Planning the last version again on the same policies and pods would change nothing.
     let settled = match (&wake, g.inputs, last.resource_version()) {
         (Some(w), Some(inputs), Some(version)) if w.settled => Some((version, inputs)),
@@ -216,6 +204,28 @@ async fn converge(ctx: &Context, g: &Gathered) -> Result<Converged> {
         next_check: wake.and_then(|w| w.at),
         wrote,
     })
+}
+
+/// When to look at the node again after `decision`, written or not, and whether
+/// it settled.
+fn wake(
+    g: &Gathered,
+    clearing: &node_drains::Clearing,
+    decision: &Decision,
+    wrote: bool,
+    eviction_retry: Option<Duration>,
+) -> Wake {
+    next_look(
+        g.now,
+        Waits {
+            // A drain this write started has pods to evict: that is the next
+            // reconcile's first job, whatever else wakes the node.
+            drain_started: wrote && !decision.plan.drain_started.is_empty(),
+            eviction_retry,
+            evicting: !clearing.is_idle(),
+            ..decision.waits
+        },
+    )
 }
 
 /// What the ledgers answer for `node` evaluated as `eval`: the caps' admissions,

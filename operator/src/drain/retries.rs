@@ -50,12 +50,12 @@ impl EvictionRetries {
 
     /// The node's reconcile ended with its evictions as `evictions`, and found
     /// `blocked` (pod, the API server's message) evictions.
-    pub fn end(
+    pub fn end<'b>(
         &self,
         node: &str,
         now: Timestamp,
         evictions: Evictions,
-        blocked: &[(&str, &str)],
+        blocked: impl IntoIterator<Item = (&'b str, &'b str)>,
     ) -> RoundsEnded {
         let mut retries = self.lock();
         let evict_again_in = match evictions {
@@ -67,7 +67,7 @@ impl EvictionRetries {
             Evictions::PodsLeft => Some(retries.evict_again_in(node, now)),
         };
         let first_blocks = blocked
-            .iter()
+            .into_iter()
             .map(|(pod, message)| retries.first_block(node, pod, message))
             .collect();
         RoundsEnded {
@@ -160,16 +160,16 @@ mod tests {
     fn a_reconcile_backs_off_until_its_evictions_are_done() {
         let now = Timestamp::UNIX_EPOCH;
         let retries = EvictionRetries::default();
-        let first = retries.end("n1", now, Evictions::PodsLeft, &[("ns/p", "budget b")]);
+        let first = retries.end("n1", now, Evictions::PodsLeft, [("ns/p", "budget b")]);
         let wait = first.evict_again_in.expect("pods left: evict again");
         assert_eq!(first.first_blocks, [true]);
         assert_eq!(retries.due_in("n1", now), Some(wait));
-        let again = retries.end("n1", now, Evictions::BackingOff, &[]);
+        let again = retries.end("n1", now, Evictions::BackingOff, []);
         assert_eq!(again.evict_again_in, None, "backing off tries nothing");
-        let second = retries.end("n1", now, Evictions::PodsLeft, &[("ns/p", "budget b")]);
+        let second = retries.end("n1", now, Evictions::PodsLeft, [("ns/p", "budget b")]);
         assert_eq!(second.first_blocks, [false], "reported once");
         assert!(second.evict_again_in.is_some(), "pods still left");
-        retries.end("n1", now, Evictions::Done, &[]);
+        retries.end("n1", now, Evictions::Done, []);
         assert_eq!(retries.due_in("n1", now), None);
     }
 }
