@@ -1340,7 +1340,7 @@ where
         touched_rx,
         all_rx,
     ));
-    // the operator's own re-queues (`Context::write_done`) go through the pod watches' channel
+    // the operator's own re-queues (`WriteTracking::end`) go through the pod watches' channel
     let mut changed = std::mem::replace(&mut h.changed_nodes, mpsc::unbounded_channel().1);
     let requeue = tokio::spawn({
         let queue = queue.clone();
